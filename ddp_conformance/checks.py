@@ -1,0 +1,155 @@
+"""The checks every scenario runs (SPEC.md, "What every scenario checks").
+
+- ``init.param``: after wrapping, every rank holds rank 0's initial parameters, bitwise
+  (DDP's init sync broadcasts them).
+- ``oracle.grad`` / ``oracle.grad_none``: the synced gradients equal the oracle's within the
+  dtype's tolerance (bitwise for exact-valued scenarios), and a gradient is ``None`` exactly
+  where the oracle's is.
+- ``oracle.param`` / ``oracle.buffer``: parameters and buffers after each step equal the
+  oracle's trajectory.
+- ``replica.param``: after each step, parameters are bitwise identical on all ranks that
+  trained in it.
+- ``replica.buffer_broadcast``: with ``broadcast_buffers``, every synced forward starts from
+  rank 0's buffers, bitwise.
+- ``replica.final``: after the training loop (and Join's final sync), parameters are
+  bitwise identical on every rank, and buffers equal the last joiner's where broadcast.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from .engine import RankRecord, Tensors
+from .oracle import OracleRecord
+from .procedure import synced
+from .scenario import Scenario
+from .tolerance import distance, rtol_for
+from .verdict import CheckFailure, Figure
+
+MAX_FAILURES_PER_CHECK = 20
+
+
+@dataclass
+class Evidence:
+    """Figures and failures gathered by the checks of one (scenario, candidate) run."""
+
+    figures: list[Figure] = field(default_factory=list)
+    failures: list[CheckFailure] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+
+    def ran(self, check: str) -> None:
+        if check not in self.checks:
+            self.checks.append(check)
+
+    def fail(self, check: str, message: str, step: int | None = None, rank: int | None = None,
+             name: str | None = None) -> None:
+        self.ran(check)
+        if sum(f.check == check for f in self.failures) < MAX_FAILURES_PER_CHECK:
+            self.failures.append(CheckFailure(check, f"{check}: {message}", step, rank, name))
+
+    def compare(self, check: str, step: int, rank: int, name: str, actual: Tensor,
+                expected: Tensor, rtol: float, against: str, scale: float = 0.0) -> None:
+        """Compare one tensor; record its figures; record a failure if out of tolerance.
+
+        ``scale`` raises the tolerance's reference magnitude above ``max|expected|`` where
+        the expected value is a sum that cancels (see :mod:`ddp_conformance.tolerance`).
+        """
+        self.ran(check)
+        d = distance(actual, expected)
+        d.scale = max(d.scale, scale)
+        passed = actual.shape == expected.shape and d.within(rtol)
+        self.figures.append(Figure(check, step, rank, name, passed, d.max_abs, d.max_rel,
+                                   d.max_ulp, rtol))
+        if passed:
+            return
+        where = f"step {step}, rank {rank}, {name!r}"
+        if actual.shape != expected.shape:
+            self.fail(check, f"{where}: shape {tuple(actual.shape)} != {against}'s "
+                             f"{tuple(expected.shape)}", step, rank, name)
+            return
+        bound = ("bitwise equality" if rtol == 0.0
+                 else f"tolerance {rtol:.0e} x max|expected| {d.scale:.3g}")
+        self.fail(check, f"{where}: max abs error {d.max_abs:.3g} against {against} "
+                         f"(max rel {d.max_rel:.3g}, {d.max_ulp:.4g} ulp) exceeds {bound}",
+                  step, rank, name)
+
+    def compare_all(self, check: str, step: int, rank: int, actual: Tensors,
+                    expected: Tensors, exact: bool, against: str) -> None:
+        if set(actual) != set(expected):
+            self.fail(check, f"step {step}, rank {rank}: names {sorted(set(actual) ^ set(expected))}"
+                             f" present on one side only (against {against})", step, rank)
+        for name in expected.keys() & actual.keys():
+            rtol = rtol_for(expected[name].dtype, exact)
+            self.compare(check, step, rank, name, actual[name], expected[name], rtol, against)
+
+
+def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: OracleRecord) -> Evidence:
+    """Run every check on the per-rank records of one scenario against the oracle."""
+    ev = Evidence()
+    exact = scenario.exact
+    for rank, rec in sorted(records.items()):
+        ev.compare_all("init.param", -1, rank, rec.initial_params, oracle.initial_params,
+                       True, "rank 0's initial parameters")
+        for step, srec in enumerate(rec.steps):
+            if step >= len(oracle.steps):
+                ev.fail("oracle.grad", f"rank {rank} ran step {step}, the oracle has "
+                                       f"{len(oracle.steps)} steps", step, rank)
+                break
+            ostep = oracle.steps[step]
+            _check_grads(ev, step, rank, srec.grads, ostep.grads, ostep.grad_scales, exact)
+            ev.compare_all("oracle.param", step, rank, srec.params, ostep.params, exact, "the oracle")
+            ev.compare_all("oracle.buffer", step, rank, srec.buffers, ostep.buffers[rank], exact,
+                           "the oracle")
+            _check_forward_buffers(ev, step, rank, srec.buffers_at_forward,
+                                   ostep.buffers_at_forward[rank], exact)
+
+    lowest = min(records)
+    for step in range(max(len(r.steps) for r in records.values())):
+        holders = {r: rec for r, rec in records.items() if step < len(rec.steps)}
+        first = min(holders)
+        for rank, rec in holders.items():
+            if rank == first:
+                continue
+            ev.compare_all("replica.param", step, rank, rec.steps[step].params,
+                           holders[first].steps[step].params, True, f"rank {first}")
+            if scenario.broadcasts_buffers():
+                ref_fwd = holders[first].steps[step].buffers_at_forward
+                for mb, bufs in enumerate(rec.steps[step].buffers_at_forward):
+                    if synced(scenario, mb) and mb < len(ref_fwd):
+                        ev.compare_all("replica.buffer_broadcast", step, rank, bufs, ref_fwd[mb],
+                                       True, f"rank {first}'s buffers at the same forward")
+    for rank, rec in records.items():
+        if rank != lowest:
+            ev.compare_all("replica.final", len(rec.steps), rank, rec.final_params,
+                           records[lowest].final_params, True, f"rank {lowest}'s final parameters")
+        if scenario.join is not None and scenario.broadcasts_buffers():
+            ev.compare_all("replica.final", len(rec.steps), rank, rec.final_buffers,
+                           oracle.final_buffers, exact,
+                           f"the last joiner's (rank {oracle.last_joiner}) final buffers")
+    return ev
+
+
+def _check_grads(ev: Evidence, step: int, rank: int, grads: dict[str, Tensor | None],
+                 expected: dict[str, Tensor | None], scales: dict[str, float],
+                 exact: bool) -> None:
+    ev.ran("oracle.grad_none")
+    for name, want in expected.items():
+        got = grads.get(name)
+        if (got is None) != (want is None):
+            state = "None" if got is None else "a tensor"
+            ev.fail("oracle.grad_none", f"step {step}, rank {rank}, {name!r}: gradient is {state},"
+                    f" the oracle's is {'None' if want is None else 'a tensor'}", step, rank, name)
+        elif got is not None and want is not None:
+            ev.compare("oracle.grad", step, rank, name, got, want, rtol_for(want.dtype, exact),
+                       "the oracle", scales.get(name, 0.0))
+
+
+def _check_forward_buffers(ev: Evidence, step: int, rank: int,
+                           seen: list[Tensors], expected: list[Tensors], exact: bool) -> None:
+    if len(seen) != len(expected):
+        ev.fail("oracle.buffer", f"step {step}, rank {rank}: {len(seen)} forwards seen, "
+                                 f"{len(expected)} expected", step, rank)
+        return
+    for bufs, want in zip(seen, expected):
+        ev.compare_all("oracle.buffer", step, rank, bufs, want, exact, "the oracle at forward")

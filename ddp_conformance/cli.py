@@ -1,0 +1,148 @@
+"""``ddp-conformance``: run the catalog against candidates, or list it.
+
+Exit codes (SPEC.md): 0 when nothing failed unexpectedly, 1 when something did, 2 on a
+usage or environment error, said in one line on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import TextIO
+
+from tabulate import tabulate
+
+from .catalog import keyword_matcher, load_catalog
+from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PoolError, UsageError
+from .results import ResultsWriter, count_verdicts, run_info
+from .runner import RunConfig, Runner
+from .scenario import Scenario
+from .verdict import Result, Verdict
+
+DEFAULT_REPORT_DIR = "reports"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Bad usage: one line, exit 2 (argparse's own behaviour, minus the usage block)."""
+        self.exit(EXIT_USAGE, f"ddp-conformance: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ddp-conformance", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="run the catalog against one or more candidates")
+    run.add_argument("--candidate", action="append", metavar="SPEC",
+                     help="built-in name (torch, reference) or package.module:attr; repeatable "
+                          "(default: torch)")
+    run.add_argument("--backend", default="gloo", help="gloo (default) or nccl")
+    run.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    run.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
+    run.add_argument("-k", dest="keyword", metavar="EXPR",
+                     help="only cases whose id matches, as pytest -k reads it")
+    run.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                     help="deadline per scenario in seconds (default 60)")
+    run.add_argument("--pool", choices=("persistent", "fresh"), default="persistent",
+                     help="reuse rank processes (default) or start new ones per scenario")
+    run.add_argument("--report-dir", default=DEFAULT_REPORT_DIR, metavar="DIR",
+                     help="where results.jsonl, summary.md and junit.xml go (default reports/)")
+    run.add_argument("--expectations", metavar="FILE",
+                     help="known deviations: scenario-id patterns with reasons")
+    sub.add_parser("list", help="list the catalog with what each scenario needs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "list":
+            return list_catalog(sys.stdout)
+        return run(args, sys.stdout)
+    except UsageError as exc:
+        print(f"ddp-conformance: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except PoolError as exc:
+        print(f"ddp-conformance: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("ddp-conformance: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def list_catalog(out: TextIO) -> int:
+    rows = [[s.id, s.model, ", ".join(sorted(s.needs)) or "-",
+             f">= {s.min_world_size}" if s.min_world_size > 1 else "any", s.description]
+            for s in load_catalog()]
+    out.write(tabulate(rows, ["scenario", "model", "needs", "world size", "description"],
+                       tablefmt="simple", maxcolwidths=[None, None, 30, None, 60]) + "\n")
+    return EXIT_OK
+
+
+def select_cases(scenarios: list[Scenario], candidates: list[str],
+                 keyword: str | None) -> list[tuple[Scenario, str]]:
+    matches = keyword_matcher(keyword)
+    return [(s, c) for s in scenarios for c in candidates if matches(f"{s.id}[{c}]")]
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    config = RunConfig(candidates=args.candidate or ["torch"], backend=args.backend,
+                       device=args.device, world_size=args.world_size, timeout_s=args.timeout,
+                       pool=args.pool, expectations=args.expectations)
+    if config.timeout_s <= 0:
+        raise UsageError(f"--timeout must be positive, got {config.timeout_s:g}")
+    with Runner(config) as runner:
+        cases = select_cases(load_catalog(), config.candidates, args.keyword)
+        if not cases:
+            raise UsageError(f"no scenario matches -k {args.keyword!r}")
+        info = run_info(runner.candidates.values(), config.backend, runner.device_kind,
+                        config.world_size)
+        writer = ResultsWriter(args.report_dir, info)
+        out.write(f"ddp-conformance: {len(cases)} cases, {config.world_size} ranks, "
+                  f"{config.backend}/{runner.device_kind}, pool {config.pool}, "
+                  f"torch {info['torch']}\n")
+        started = time.monotonic()
+        if config.pool == "persistent":
+            runner.pool.start()
+            out.write(f"started {config.world_size} rank processes in "
+                      f"{time.monotonic() - started:.1f}s\n")
+        results: list[Result] = []
+        try:
+            for i, (scenario, spec) in enumerate(cases, 1):
+                result = runner.run_case(scenario, spec)
+                results.append(result)
+                writer.add(result)
+                out.write(progress_line(i, len(cases), result) + "\n")
+                out.flush()
+        finally:
+            notes = [f"expectation {e.pattern!r} ({runner.expectations.path}:{e.line}) matched "
+                     "no case" for e in runner.expectations.stale()] if len(results) == len(cases) else []
+            writer.close(notes)
+    for note in notes:
+        out.write(f"warning: {note}\n")
+    out.write(summary_table(results) + "\n")
+    counts = count_verdicts(results)
+    out.write(", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+              + f" in {time.monotonic() - started:.1f}s; reports in "
+              f"{os.path.abspath(args.report_dir)}\n")
+    return EXIT_FAILED if any(r.verdict.unexpected for r in results) else EXIT_OK
+
+
+def progress_line(i: int, total: int, result: Result) -> str:
+    width = len(str(total))
+    line = f"[{i:>{width}}/{total}] {result.verdict.value:<7} {result.case_id} " \
+           f"({result.duration_s:.2f}s)"
+    if result.verdict is not Verdict.PASS:
+        line += f"\n    {result.summary_line()}"
+    return line
+
+
+def summary_table(results: list[Result]) -> str:
+    from .results import verdict_matrix
+
+    header, rows = verdict_matrix(results)
+    return tabulate(rows, header, tablefmt="simple")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

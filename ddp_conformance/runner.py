@@ -1,0 +1,161 @@
+"""Runs (scenario, candidate) cases on the rank pool and turns what happened into verdicts.
+
+Shared by the command line and the pytest plugin, so both give the same verdicts. The
+oracle of a scenario is computed once per run (it does not depend on the candidate).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .candidate import Candidate, resolve_candidate
+from .checks import check_run
+from .engine import RankRecord, missing_capabilities
+from .environment import validate
+from .expectations import Expectations
+from .jobs import Job
+from .oracle import OracleRecord, run_oracle
+from .pool import Outcome, RankPool
+from .scenario import Scenario
+from .verdict import Result, Verdict, describe_exit
+
+#: Gloo's own collective timeout: longer than the scenario deadline, so that a hang is
+#: reported by the harness (with stacks) and not by the backend.
+COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
+
+
+@dataclass
+class RunConfig:
+    candidates: list[str] = field(default_factory=lambda: ["torch"])
+    backend: str = "gloo"
+    device: str = "cpu"
+    world_size: int = 2
+    timeout_s: float = 60.0
+    pool: str = "persistent"  # or "fresh"
+    expectations: str | None = None
+
+
+class Runner:
+    """Owns the rank pool, the resolved candidates and the oracle cache of one run."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.device_kind = validate(config.backend, config.device, config.world_size)
+        self.candidates: dict[str, Candidate] = {}
+        for spec in config.candidates:
+            self.candidates[spec] = resolve_candidate(spec)
+        self.expectations = Expectations.load(config.expectations)
+        self.pool = RankPool(config.world_size, config.backend, self.device_kind,
+                             fresh=config.pool == "fresh")
+        self._oracles: dict[str, OracleRecord] = {}
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def candidate_name(self, spec: str) -> str:
+        return self.candidates[spec].name
+
+    def run_case(self, scenario: Scenario, spec: str) -> Result:
+        started = time.monotonic()
+        result = self._run_case(scenario, spec)
+        result.duration_s = time.monotonic() - started
+        return self.expectations.apply(result)
+
+    def _result(self, scenario: Scenario, spec: str, verdict: Verdict, reason: str = "") -> Result:
+        return Result(scenario.id, self.candidate_name(spec), verdict, self.config.world_size,
+                      self.config.backend, self.device_kind, reason=reason)
+
+    def _run_case(self, scenario: Scenario, spec: str) -> Result:
+        candidate = self.candidates[spec]
+        ws = self.config.world_size
+        if self.config.backend not in candidate.backends:
+            return self._result(scenario, spec, Verdict.NA,
+                                f"candidate does not support backend {self.config.backend}")
+        if ws < scenario.min_world_size:
+            return self._result(scenario, spec, Verdict.NA,
+                                f"needs world size >= {scenario.min_world_size}")
+        if not candidate.late_capabilities:
+            missing = missing_capabilities(scenario, candidate.capabilities)
+            if missing:
+                return self._result(scenario, spec, Verdict.NA, missing)
+        job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
+                  seed=scenario.seed, scenario=scenario, candidate=spec)
+        outcome = self.pool.run(job, self.config.timeout_s)
+        if outcome.status != "done":
+            return self._failed_run(scenario, spec, outcome)
+        records: dict[int, RankRecord] = outcome.results
+        na = {r.not_applicable for r in records.values() if r.not_applicable}
+        if na:
+            return self._result(scenario, spec, Verdict.NA, "; ".join(sorted(na)))
+        evidence = check_run(scenario, records, self.oracle(scenario))
+        result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
+        result.failures, result.figures, result.checks_run = (
+            evidence.failures, evidence.figures, evidence.checks)
+        return result
+
+    def oracle(self, scenario: Scenario) -> OracleRecord:
+        if scenario.id not in self._oracles:
+            device = torch.device("cpu")  # the oracle's models are small; see SPEC.md
+            self._oracles[scenario.id] = run_oracle(scenario, self.config.world_size, device,
+                                                    self.pool.threads)
+        return self._oracles[scenario.id]
+
+    def _failed_run(self, scenario: Scenario, spec: str, out: Outcome) -> Result:
+        if out.status == "crash":
+            rank, code = min(out.exit_codes.items())
+            result = self._result(scenario, spec, Verdict.CRASH,
+                                  f"rank {rank} died with {describe_exit(code)}")
+        elif out.status == "raised":
+            primary = {r: tb for r, tb in out.tracebacks.items() if r not in out.released} \
+                or out.tracebacks
+            rank = min(primary)
+            result = self._result(scenario, spec, Verdict.ERROR,
+                                  f"rank {rank} raised {_last_line(primary[rank])}")
+        else:
+            result = self._result(
+                scenario, spec, Verdict.TIMEOUT,
+                f"no progress within {self.config.timeout_s:g}s: rank(s) "
+                f"{', '.join(map(str, sorted(out.stacks)))} still running"
+                + "".join(f"; rank {r} at {_innermost_frame(s)}" for r, s in sorted(out.stacks.items())))
+        result.tracebacks, result.stacks, result.exit_codes = out.tracebacks, out.stacks, out.exit_codes
+        for rank, log in out.logs.items():
+            result.stacks.setdefault(rank, f"(process died; end of its output)\n{log}")
+        return result
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "(no traceback)"
+
+
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_HARNESS_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}ddp_conformance{os.sep}", "<frozen ")
+
+
+def _innermost_frame(stack: str) -> str:
+    """Where a stuck rank is: its innermost frame, and the innermost one in user code.
+
+    faulthandler lists the current thread first, most recent call first.
+    """
+    frames = [m.groupdict() for m in _FRAME.finditer(stack.split("\n\n")[0])]
+    if not frames:
+        return "(unknown)"
+
+    def show(f: dict[str, str]) -> str:
+        return f"{f['func']} ({os.path.basename(f['path'])}:{f['line']})"
+
+    where = show(frames[0])
+    caller = next((f for f in frames if not any(p in f["path"] for p in _HARNESS_PARTS)), None)
+    if caller is not None and caller is not frames[0]:
+        where += f" called from {show(caller)}"
+    return where

@@ -1,0 +1,108 @@
+"""A scenario is data: which model, which data, which DDP options, which procedure.
+
+Everything a rank or the oracle needs to rebuild any rank's batch is in the scenario and
+the (rank, step, microbatch) coordinates, so a scenario pickles to a few hundred bytes and
+every process derives the same tensors from it. What a scenario needs from a candidate
+(``no_sync``, Join, comm hooks, constructor options) is derived from what it does, not
+listed by hand, so it cannot drift.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Capability(str, enum.Enum):
+    """Features a candidate may or may not have (SPEC.md, "The candidate contract")."""
+
+    NO_SYNC = "no_sync"
+    JOIN = "join"
+    COMM_HOOK = "comm_hook"
+
+    @staticmethod
+    def option(name: str) -> str:
+        """The capability of accepting the constructor keyword ``name``."""
+        return f"option:{name}"
+
+
+class Accumulate(str, enum.Enum):
+    """How the microbatches of one optimizer step are reduced.
+
+    ``SYNC_EACH``: every microbatch's backward synchronises (DDP without ``no_sync``; the
+    reduced gradients accumulate). ``NO_SYNC``: all but the last microbatch run inside
+    ``no_sync()`` and accumulate locally; the last one's backward reduces the sum.
+    """
+
+    SYNC_EACH = "sync_each"
+    NO_SYNC = "no_sync"
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """Uneven inputs under ``torch.distributed.algorithms.Join``.
+
+    Rank ``r`` runs ``max(1, steps - r * fewer_steps_per_rank)`` steps, so higher ranks
+    run out of data first and join early; the keywords go to every joinable's hook.
+    """
+
+    fewer_steps_per_rank: int = 1
+    divide_by_initial_world_size: bool = True
+    throw_on_early_termination: bool = False
+
+    def steps_for(self, rank: int, steps: int) -> int:
+        return max(1, steps - rank * self.fewer_steps_per_rank)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One conformance scenario.
+
+    ``model`` names a builder in :mod:`ddp_conformance.models`; ``init`` is ``"same"``
+    (every rank builds identical weights) or ``"per_rank"`` (each rank seeds its own, so
+    only DDP's init sync makes them equal). ``ddp_options`` go to the candidate's
+    constructor. ``exact`` demands bitwise equality with the oracle (data chosen so every
+    sum is exact in any order).
+    """
+
+    id: str
+    model: str
+    description: str = ""
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    steps: int = 3
+    batch_size: int = 4
+    microbatches: int = 1
+    accumulate: Accumulate = Accumulate.SYNC_EACH
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    zero_grad_set_to_none: bool = True
+    ddp_options: dict[str, Any] = field(default_factory=dict)
+    init: str = "same"
+    join: JoinSpec | None = None
+    exact: bool = False
+    seed: int = 1234
+    min_world_size: int = 1
+
+    @property
+    def needs(self) -> frozenset[str]:
+        needs: set[str] = {Capability.option(name) for name in self.ddp_options}
+        if self.accumulate is Accumulate.NO_SYNC and self.microbatches > 1:
+            needs.add(Capability.NO_SYNC.value)
+        if self.join is not None:
+            needs.add(Capability.JOIN.value)
+        return frozenset(needs)
+
+    def steps_for(self, rank: int) -> int:
+        """How many optimizer steps ``rank`` runs (fewer on high ranks under Join)."""
+        return self.join.steps_for(rank, self.steps) if self.join else self.steps
+
+    def broadcasts_buffers(self) -> bool:
+        return bool(self.ddp_options.get("broadcast_buffers", True))
+
+    def init_seed(self, rank: int) -> int:
+        """Seed of the model's initial weights on ``rank``."""
+        return self.seed + (7919 * rank if self.init == "per_rank" else 0)
+
+    def data_seed(self, rank: int, step: int, microbatch: int) -> int:
+        """Seed of one rank's batch: every process rebuilds any rank's batch from it."""
+        return (self.seed * 1_000_003 + rank * 10_007 + step * 101 + microbatch + 1) % (2**63)

@@ -1,0 +1,89 @@
+"""Candidates with one defect each, for the project's own tests of the harness.
+
+Each is torch's DDP with one thing broken, the kind of mistake a custom DDP makes; the
+harness must give each the right verdict with evidence naming the rank and the check.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.join import JoinHook
+from torch.nn.parallel import DistributedDataParallel
+
+
+def _sum_without_dividing(group, bucket):  # type: ignore[no-untyped-def] # torch checks annotations
+    fut = dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future()  # type: ignore[union-attr]
+    return fut.then(lambda f: f.value()[0])
+
+
+class SumsWithoutDividing(DistributedDataParallel):
+    """Reduces gradients with a sum and never divides by the world size."""
+
+    def __init__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        super().__init__(module, *args, **kwargs)
+        super().register_comm_hook(self.process_group, _sum_without_dividing)
+
+
+class NeverBroadcastsBuffers(DistributedDataParallel):
+    """Accepts ``broadcast_buffers`` and ignores it: buffers are never broadcast."""
+
+    def __init__(self, module: torch.nn.Module, *args: Any, broadcast_buffers: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(module, *args, broadcast_buffers=False, **kwargs)
+
+
+class _IdleJoinHook(JoinHook):
+    """A join hook that shadows nothing: active ranks wait for the joined one forever."""
+
+
+class JoinHookDoesNotShadow(DistributedDataParallel):
+    """Its Join hook does not shadow the active ranks' collectives (a hang).
+
+    Join's own bookkeeping runs on a separate group, as a framework with its own join
+    group would, so the joined rank keeps answering Join while the active ranks wait in
+    a gradient allreduce it never enters. (On one Gloo group the mismatched collectives
+    abort the process instead: a CRASH.)
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._join_group = dist.new_group(backend="gloo")
+
+    @property
+    def join_process_group(self) -> Any:
+        return self._join_group
+
+    def join_hook(self, **kwargs: Any) -> JoinHook:  # type: ignore[override]
+        self._divide_by_initial_world_size = kwargs.get("divide_by_initial_world_size", True)
+        return _IdleJoinHook()
+
+
+class ExitsMidStep(DistributedDataParallel):
+    """Rank 1 calls ``os._exit(3)`` in its second forward, in the middle of a step."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._forwards = 0
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        self._forwards += 1
+        if dist.get_rank() == 1 and self._forwards == 2:
+            os._exit(3)
+        return super().forward(*inputs, **kwargs)
+
+
+class RaisesOnRank1(DistributedDataParallel):
+    """Rank 1 raises in its second forward while rank 0 goes on into the collectives."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._forwards = 0
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        self._forwards += 1
+        if dist.get_rank() == 1 and self._forwards == 2:
+            raise RuntimeError("defective candidate: rank 1 gives up")
+        return super().forward(*inputs, **kwargs)
