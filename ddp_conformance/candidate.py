@@ -16,8 +16,10 @@ import inspect
 import os
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor, nn

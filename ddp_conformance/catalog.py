@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Callable
+from collections.abc import Callable
 
 from .scenario import Scenario
 
@@ -34,4 +34,11 @@ def keyword_matcher(expression: str | None) -> Callable[[str], bool]:
     from _pytest.mark.expression import Expression
 
     compiled = Expression.compile(expression)
-    return lambda case_id: compiled.evaluate(lambda word, **_: word.lower() in case_id.lower())
+
+    def matches(case_id: str) -> bool:
+        def contains(word: str, /, **kwargs: str | int | bool | None) -> bool:
+            return word.lower() in case_id.lower()
+
+        return compiled.evaluate(contains)
+
+    return matches

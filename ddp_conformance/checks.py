@@ -13,6 +13,8 @@
   rank 0's buffers, bitwise.
 - ``replica.final``: after the training loop (and Join's final sync), parameters are
   bitwise identical on every rank, and buffers equal the last joiner's where broadcast.
+- ``reference.grad`` / ``reference.grad_none`` / ``reference.param`` / ``reference.buffer``:
+  the same trajectory as the reference DDP (``ddp_reference``) run on the same data.
 """
 from __future__ import annotations
 
@@ -97,7 +99,8 @@ def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: Oracle
                                        f"{len(oracle.steps)} steps", step, rank)
                 break
             ostep = oracle.steps[step]
-            _check_grads(ev, step, rank, srec.grads, ostep.grads, ostep.grad_scales, exact)
+            _check_grads(ev, "oracle", step, rank, srec.grads, ostep.grads, ostep.grad_scales,
+                         exact, "the oracle")
             ev.compare_all("oracle.param", step, rank, srec.params, ostep.params, exact, "the oracle")
             ev.compare_all("oracle.buffer", step, rank, srec.buffers, ostep.buffers[rank], exact,
                            "the oracle")
@@ -130,19 +133,44 @@ def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: Oracle
     return ev
 
 
-def _check_grads(ev: Evidence, step: int, rank: int, grads: dict[str, Tensor | None],
-                 expected: dict[str, Tensor | None], scales: dict[str, float],
-                 exact: bool) -> None:
-    ev.ran("oracle.grad_none")
+def check_reference(ev: Evidence, scenario: Scenario, records: dict[int, RankRecord],
+                    reference: dict[int, RankRecord], oracle: OracleRecord) -> None:
+    """``reference.*``: the candidate's trajectory equals the reference DDP's on the same data.
+
+    Same tolerances as against the oracle (the reference may reduce in another order than
+    the candidate); ``None``-ness of gradients must match exactly.
+    """
+    for rank, rec in sorted(records.items()):
+        ref = reference.get(rank)
+        if ref is None:
+            continue
+        if len(rec.steps) != len(ref.steps):
+            ev.fail("reference.steps", f"rank {rank} ran {len(rec.steps)} steps, the reference "
+                                       f"{len(ref.steps)}", None, rank)
+        for step, (srec, rrec) in enumerate(zip(rec.steps, ref.steps, strict=False)):
+            scales = oracle.steps[step].grad_scales if step < len(oracle.steps) else {}
+            _check_grads(ev, "reference", step, rank, srec.grads, rrec.grads, scales,
+                         scenario.exact, "the reference")
+            ev.compare_all("reference.param", step, rank, srec.params, rrec.params,
+                           scenario.exact, "the reference")
+            ev.compare_all("reference.buffer", step, rank, srec.buffers, rrec.buffers,
+                           scenario.exact, "the reference")
+
+
+def _check_grads(ev: Evidence, prefix: str, step: int, rank: int,
+                 grads: dict[str, Tensor | None], expected: dict[str, Tensor | None],
+                 scales: dict[str, float], exact: bool, against: str) -> None:
+    ev.ran(f"{prefix}.grad_none")
     for name, want in expected.items():
         got = grads.get(name)
         if (got is None) != (want is None):
             state = "None" if got is None else "a tensor"
-            ev.fail("oracle.grad_none", f"step {step}, rank {rank}, {name!r}: gradient is {state},"
-                    f" the oracle's is {'None' if want is None else 'a tensor'}", step, rank, name)
+            ev.fail(f"{prefix}.grad_none", f"step {step}, rank {rank}, {name!r}: gradient is "
+                    f"{state}, {against}'s is {'None' if want is None else 'a tensor'}",
+                    step, rank, name)
         elif got is not None and want is not None:
-            ev.compare("oracle.grad", step, rank, name, got, want, rtol_for(want.dtype, exact),
-                       "the oracle", scales.get(name, 0.0))
+            ev.compare(f"{prefix}.grad", step, rank, name, got, want, rtol_for(want.dtype, exact),
+                       against, scales.get(name, 0.0))
 
 
 def _check_forward_buffers(ev: Evidence, step: int, rank: int,
@@ -151,5 +179,5 @@ def _check_forward_buffers(ev: Evidence, step: int, rank: int,
         ev.fail("oracle.buffer", f"step {step}, rank {rank}: {len(seen)} forwards seen, "
                                  f"{len(expected)} expected", step, rank)
         return
-    for bufs, want in zip(seen, expected):
+    for bufs, want in zip(seen, expected, strict=True):
         ev.compare_all("oracle.buffer", step, rank, bufs, want, exact, "the oracle at forward")

@@ -117,6 +117,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         finally:
             notes = [f"expectation {e.pattern!r} ({runner.expectations.path}:{e.line}) matched "
                      "no case" for e in runner.expectations.stale()] if len(results) == len(cases) else []
+            notes += [f"{sid}: not compared with the reference DDP ({why})"
+                      for sid, why in runner.reference_notes.items()]
             writer.close(notes)
     for note in notes:
         out.write(f"warning: {note}\n")

@@ -1,8 +1,8 @@
 """Expectations files: known, accepted deviations kept by a candidate's owner.
 
-One pattern per line, ``fnmatch``-style, matched against the case id
-``scenario-id[candidate]`` and against the bare scenario id, followed by ``#`` and the
-reason (required). Blank lines and lines starting with ``#`` are comments::
+One pattern per line (``*`` and ``?`` are wildcards, everything else literal, brackets
+included), matched against the case id ``scenario-id[candidate]`` and the bare scenario
+id, followed by ``#`` and the reason (required). Blank lines and lines starting with ``#`` are comments::
 
     join/*[mypkg:MyDDP]   # our Join hook does not shadow the unused-parameter map yet
     comm-hook/powersgd*   # PowerSGD not ported
@@ -12,7 +12,7 @@ case of the run is reported as stale.
 """
 from __future__ import annotations
 
-import fnmatch
+import re
 from dataclasses import dataclass, field
 
 from .errors import UsageError
@@ -25,6 +25,10 @@ class Expectation:
     reason: str
     line: int
     used: bool = False
+
+    def matches(self, text: str) -> bool:
+        regex = re.escape(self.pattern).replace(r"\*", ".*").replace(r"\?", ".")
+        return re.fullmatch(regex, text) is not None
 
 
 @dataclass
@@ -55,8 +59,7 @@ class Expectations:
     def match(self, scenario_id: str, candidate: str) -> Expectation | None:
         case = f"{scenario_id}[{candidate}]"
         for entry in self.entries:
-            if fnmatch.fnmatchcase(case, entry.pattern) or \
-                    fnmatch.fnmatchcase(scenario_id, entry.pattern):
+            if entry.matches(case) or entry.matches(scenario_id):
                 entry.used = True
                 return entry
         return None

@@ -7,8 +7,9 @@ process can rebuild any rank's batch.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -21,6 +21,7 @@ models this is the same as the concatenated global batch.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -54,7 +55,7 @@ class OracleRecord:
     last_joiner: int = 0
 
 
-def _clone(tensors: Tensors) -> Tensors:
+def _clone(tensors: Mapping[str, Tensor]) -> Tensors:
     return {n: t.detach().clone() for n, t in tensors.items()}
 
 
@@ -122,12 +123,11 @@ def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> Or
             if all(c is None for c in contributions):
                 grads[name] = previous[name]
                 continue
-            total: Tensor | None = None
-            magnitude = torch.zeros_like(p, dtype=torch.float64)
-            for c in contributions:
-                part = (torch.zeros_like(p) if c is None else c) / divisor
-                total = part if total is None else total + part
-                magnitude += part.abs().double()
+            parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
+            total = parts[0]
+            for part in parts[1:]:  # in rank order, as DDP's default reduction adds them
+                total = total + part
+            magnitude = torch.stack([part.abs().double() for part in parts]).sum(0)
             scales[name] = float(magnitude.max()) if magnitude.numel() else 0.0
             prev = previous[name]
             grads[name] = total if prev is None else prev + total

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 from .errors import PoolError
 from .jobs import Job, receive, send, was_released
@@ -132,10 +132,10 @@ class RankPool:
                 self.close()
                 raise PoolError(f"rank processes {sorted(pending)} did not start within "
                                 f"{self.startup_timeout_s:.0f}s")
-            for conn in ready:
-                rank = self._conns.index(conn)  # type: ignore[arg-type]
+            for ready_conn in ready:
+                rank = self._conns.index(cast(Connection, ready_conn))
                 try:
-                    receive(conn)
+                    receive(self._conns[rank])
                 except (EOFError, OSError):
                     log_tail = self._log_tail(rank)
                     self.close()
@@ -157,7 +157,7 @@ class RankPool:
 
     def close(self, force: bool = False) -> None:
         """End the rank processes (politely, then by force) and remove the private files."""
-        for conn, proc in zip(self._conns, self._procs):
+        for conn, proc in zip(self._conns, self._procs, strict=True):
             if force:
                 proc.kill()
                 continue
@@ -219,11 +219,11 @@ class RankPool:
                 if remaining > 0 else []
             if not ready:
                 break
-            for conn in ready:
-                rank = self._conns.index(conn)  # type: ignore[arg-type]
+            for ready_conn in ready:
+                rank = self._conns.index(cast(Connection, ready_conn))
                 pending.discard(rank)
                 try:
-                    kind, _, payload = receive(conn)
+                    kind, _, payload = receive(self._conns[rank])
                 except (EOFError, OSError):
                     out.exit_codes[rank] = self._exit_code(rank)
                     out.logs[rank] = self._log_tail(rank)

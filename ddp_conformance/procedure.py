@@ -6,7 +6,8 @@ of one procedure rather than two copies of it.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor, nn

@@ -13,7 +13,8 @@ Options: ``--candidate`` (repeatable, default ``torch``), ``--backend``, ``--dev
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 

@@ -15,7 +15,8 @@ import socket
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
-from typing import IO, Any, Iterable
+from collections.abc import Iterable
+from typing import IO, Any
 
 import torch
 from tabulate import tabulate

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .candidate import Candidate, resolve_candidate
-from .checks import check_run
+from .checks import check_reference, check_run
 from .engine import RankRecord, missing_capabilities
 from .environment import validate
 from .expectations import Expectations
@@ -26,6 +26,7 @@ from .verdict import Result, Verdict, describe_exit
 #: Gloo's own collective timeout: longer than the scenario deadline, so that a hang is
 #: reported by the harness (with stacks) and not by the backend.
 COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
+REFERENCE = "reference"
 
 
 @dataclass
@@ -37,6 +38,8 @@ class RunConfig:
     timeout_s: float = 60.0
     pool: str = "persistent"  # or "fresh"
     expectations: str | None = None
+    #: Also compare every candidate with the reference DDP run on the same scenario.
+    compare_with_reference: bool = True
 
 
 class Runner:
@@ -52,6 +55,8 @@ class Runner:
         self.pool = RankPool(config.world_size, config.backend, self.device_kind,
                              fresh=config.pool == "fresh")
         self._oracles: dict[str, OracleRecord] = {}
+        self._references: dict[str, dict[int, RankRecord] | None] = {}
+        self.reference_notes: dict[str, str] = {}
 
     def close(self) -> None:
         self.pool.close()
@@ -97,11 +102,35 @@ class Runner:
         na = {r.not_applicable for r in records.values() if r.not_applicable}
         if na:
             return self._result(scenario, spec, Verdict.NA, "; ".join(sorted(na)))
-        evidence = check_run(scenario, records, self.oracle(scenario))
+        oracle = self.oracle(scenario)
+        evidence = check_run(scenario, records, oracle)
+        reference = self.reference_records(scenario, spec)
+        if reference is not None:
+            check_reference(evidence, scenario, records, reference, oracle)
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
         result.failures, result.figures, result.checks_run = (
             evidence.failures, evidence.figures, evidence.checks)
         return result
+
+    def reference_records(self, scenario: Scenario, spec: str) -> dict[int, RankRecord] | None:
+        """The reference DDP's records for ``scenario`` (run once per run), or None.
+
+        None when the candidate is the reference itself, or when the reference could not
+        run the scenario (then the reason is kept in :attr:`reference_notes`).
+        """
+        if spec == REFERENCE or not self.config.compare_with_reference:
+            return None
+        if scenario.id not in self._references:
+            job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
+                      seed=scenario.seed, scenario=scenario, candidate=REFERENCE)
+            out = self.pool.run(job, self.config.timeout_s)
+            records: dict[int, RankRecord] | None = out.results if out.status == "done" else None
+            if records is not None and any(r.not_applicable for r in records.values()):
+                records = None
+            if records is None:
+                self.reference_notes[scenario.id] = f"reference could not run it: {out.status}"
+            self._references[scenario.id] = records
+        return self._references[scenario.id]
 
     def oracle(self, scenario: Scenario) -> OracleRecord:
         if scenario.id not in self._oracles:

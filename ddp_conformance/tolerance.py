@@ -66,15 +66,17 @@ def ulp_distance(a: Tensor, b: Tensor) -> float:
     view = _INT_VIEW.get(a.dtype)
     if view is None or a.numel() == 0:
         return float((a != b).any().item())
-    bits = view.itemsize * 8
-
-    def ordered(t: Tensor) -> Tensor:
-        i = t.contiguous().view(view).to(torch.int64)
-        if bits == 64:
-            return torch.where(i < 0, torch.iinfo(torch.int64).min - i, i)
-        return torch.where(i < 0, -(i & ((1 << (bits - 1)) - 1)), i)
-
-    return float((ordered(a).double() - ordered(b).double()).abs().max().item())
+    mask = (1 << (view.itemsize * 8 - 1)) - 1
+    ia = a.contiguous().view(view).to(torch.int64)
+    ib = b.contiguous().view(view).to(torch.int64)
+    # Sign-magnitude bit patterns: same sign, the magnitudes' difference counts the steps
+    # (exact in int64); opposite signs, the steps to zero and back add up (in float64, as
+    # the sum may exceed int64 for float64 inputs).
+    ma, mb = ia & mask, ib & mask
+    same_sign = (ia < 0) == (ib < 0)
+    across = ma.double() + mb.double()
+    within = (ma - mb).abs().double()
+    return float(torch.where(same_sign, within, across).max().item())
 
 
 def distance(actual: Tensor, expected: Tensor) -> Distance:

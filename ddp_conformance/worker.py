@@ -19,9 +19,10 @@ import random
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 from .jobs import Job, receive, send, was_released
 

@@ -13,7 +13,8 @@ pytest process), so a call costs a process group and the function, not process s
 from __future__ import annotations
 
 import atexit
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ddp_conformance.jobs import Job
 from ddp_conformance.pool import RankPool, describe_outcome

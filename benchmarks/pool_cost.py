@@ -1,0 +1,63 @@
+"""What the persistent rank pool saves: cost per scenario, persistent vs fresh, side by side.
+
+For every catalog scenario (candidate ``torch``, Gloo, CPU), interleaved in one run: one case
+on a fresh pool (new rank processes, as torch's ``MultiProcessTestCase`` does), then
+``--repeats`` cases on the persistent pool. The cost of a case is its wall time as the
+runner sees it (rank work, transfers, oracle and checks; for fresh, the process starts
+too). The persistent pool's own start is reported once, apart.
+
+    python benchmarks/pool_cost.py [--world-size 2] [--repeats 5]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from tabulate import tabulate
+
+from ddp_conformance.catalog import load_catalog
+from ddp_conformance.runner import RunConfig, Runner
+from ddp_conformance.verdict import Verdict
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    persistent = Runner(RunConfig(world_size=args.world_size))
+    fresh = Runner(RunConfig(world_size=args.world_size, pool="fresh"))
+    started = time.perf_counter()
+    persistent.pool.start()
+    startup = time.perf_counter() - started
+    rows, ratios, fresh_all, persistent_all = [], [], [], []
+    try:
+        for scenario in load_catalog():
+            fresh_result = fresh.run_case(scenario, "torch")
+            times = []
+            for _ in range(args.repeats):
+                result = persistent.run_case(scenario, "torch")
+                assert result.verdict is Verdict.PASS, result.summary_line()
+                times.append(result.duration_s)
+            assert fresh_result.verdict is Verdict.PASS, fresh_result.summary_line()
+            p = statistics.median(times)
+            fresh_all.append(fresh_result.duration_s)
+            persistent_all.append(p)
+            ratios.append(fresh_result.duration_s / p)
+            rows.append([scenario.id, f"{fresh_result.duration_s:.2f}", f"{p * 1e3:.0f}",
+                         f"{min(times) * 1e3:.0f}-{max(times) * 1e3:.0f}",
+                         f"{fresh_result.duration_s / p:.0f}x"])
+    finally:
+        persistent.close()
+        fresh.close()
+    print(f"world size {args.world_size}; persistent pool start {startup:.2f}s (once)")
+    print(tabulate(rows, ["scenario", "fresh (s)", "persistent median (ms)",
+                          "persistent range (ms)", "fresh / persistent"], tablefmt="github"))
+    print(f"per scenario: fresh median {statistics.median(fresh_all):.2f}s, persistent median "
+          f"{statistics.median(persistent_all) * 1e3:.0f}ms; ratio median "
+          f"{statistics.median(ratios):.0f}x (min {min(ratios):.0f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The bucket handed to DDP communication hooks, and the hook contract.
+
+Specifies ``c10d::GradBucket`` (``torch.distributed.GradBucket``) as torch's built-in hooks
+use it (``default_hooks.allreduce_hook``, ``fp16_compress_hook``,
+``powerSGD_hook.powerSGD_hook`` ...): ``index()``, ``is_last()``, ``buffer()``,
+``set_buffer()``, ``gradients()`` and ``parameters()``. A hook is called as
+``hook(state, bucket)`` and returns a ``torch.futures.Future`` whose value is the reduced
+flat tensor (or a one-element list of it); the reducer copies that tensor back into the
+gradients. With a hook registered, the reducer does not divide by the world size: the
+hook does (torch's "Note [DDP Communication Hook]").
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+CommHook = Callable[[Any, Any], "torch.futures.Future[Any]"]
+
+
+class GradBucket:
+    """A flat gradient bucket: one 1-D tensor holding several parameters' gradients."""
+
+    __slots__ = (
+        "_bucket_count",
+        "_buffer",
+        "_index",
+        "_lengths",
+        "_offsets",
+        "_parameters",
+        "_sizes",
+    )
+
+    def __init__(self, index: int, bucket_count: int, buffer: torch.Tensor,
+                 offsets: Sequence[int], lengths: Sequence[int],
+                 sizes: Sequence[torch.Size], parameters: Sequence[torch.Tensor]) -> None:
+        self._index = index
+        self._bucket_count = bucket_count
+        self._buffer = buffer
+        self._offsets = offsets
+        self._lengths = lengths
+        self._sizes = sizes
+        self._parameters = parameters
+
+    def index(self) -> int:
+        """Position of the bucket in the reduction order (0 is reduced first)."""
+        return self._index
+
+    def is_last(self) -> bool:
+        """Whether this is the last bucket reduced in the iteration."""
+        return self._index == self._bucket_count - 1
+
+    def buffer(self) -> torch.Tensor:
+        """The flat gradient tensor (already in bucket layout; not divided)."""
+        return self._buffer
+
+    def set_buffer(self, buffer: torch.Tensor) -> None:
+        """Replace the tensor ``buffer()`` returns (the reducer keeps its own)."""
+        self._buffer = buffer
+
+    def gradients(self) -> list[torch.Tensor]:
+        """Per-parameter views of ``buffer()``, shaped like the parameters."""
+        if self._buffer.is_sparse:
+            return [self._buffer]
+        return [self._buffer.narrow(0, off, length).view(size)
+                for off, length, size in zip(self._offsets, self._lengths, self._sizes, strict=True)]
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The parameters whose gradients the bucket holds, in bucket order."""
+        return list(self._parameters)
+
+    def __repr__(self) -> str:
+        return (f"GradBucket(index={self._index}, bucket_count={self._bucket_count}, "
+                f"numel={self._buffer.numel()}, dtype={self._buffer.dtype})")
+
+
+def allreduce_sum_future(pg: dist.ProcessGroup, tensor: torch.Tensor) -> torch.futures.Future:
+    """The reducer's default reduction as a future (c10d's ``_AllReduceBySumCommHook``):
+    a plain SUM allreduce, no division (the reducer divided before)."""
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM  # type: ignore[assignment]
+    return pg.allreduce([tensor], opts).get_future()
+
+
+def hook_result(value: Any) -> torch.Tensor:
+    """The tensor a hook's future holds (a tensor or a one-tensor list, as torch parses)."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)) and len(value) == 1 and isinstance(value[0], torch.Tensor):
+        return value[0]
+    raise RuntimeError(
+        "The value of a DDP communication hook's future must be a tensor or a list of one "
+        f"tensor, got {type(value).__name__}"
+    )
+
+
+def check_comm_hook(hook: Callable[..., Any]) -> None:
+    """Validate a hook as torch's ``DistributedDataParallel._check_comm_hook`` does."""
+    if not callable(hook):
+        raise TypeError("Communication hook must be callable.")
+    sig = inspect.signature(hook)
+    bucket = sig.parameters.get("bucket")
+    if (bucket is not None and bucket.annotation is not inspect.Parameter.empty
+            and bucket.annotation not in (dist.GradBucket, GradBucket, "dist.GradBucket")):
+        raise ValueError("Communication hook: bucket annotation should be dist.GradBucket.")
+    if (sig.return_annotation is not inspect.Signature.empty
+            and sig.return_annotation != torch.futures.Future[torch.Tensor]
+            and sig.return_annotation != "torch.futures.Future[torch.Tensor]"):
+        raise ValueError(
+            "Communication hook: return annotation should be torch.futures.Future[torch.Tensor]."
+        )

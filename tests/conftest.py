@@ -1,0 +1,21 @@
+"""Shared fixtures: one runner (one rank pool) per test session and world size."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ddp_conformance.runner import RunConfig, Runner
+
+DEFECTIVE = "tests.defective:"
+CANDIDATES = ["torch", "tests.limited:ForwardOnly", "tests.limited:torch_ddp_factory",
+              *(DEFECTIVE + name for name in (
+                  "SumsWithoutDividing", "NeverBroadcastsBuffers", "JoinHookDoesNotShadow",
+                  "ExitsMidStep", "RaisesOnRank1"))]
+
+
+@pytest.fixture(scope="session")
+def runner() -> Iterator[Runner]:
+    """A runner knowing every test candidate, 2 ranks, a short deadline (hangs are tested)."""
+    with Runner(RunConfig(candidates=CANDIDATES, timeout_s=8.0)) as r:
+        yield r

@@ -1,0 +1,26 @@
+"""Correct but limited candidates: they lack capabilities, so scenarios needing them are N/A."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+
+class ForwardOnly(torch.nn.Module):
+    """torch's DDP behind a wrapper that exposes only ``forward`` (no no_sync, no Join)."""
+
+    def __init__(self, module: torch.nn.Module, process_group: Any = None,
+                 broadcast_buffers: bool = True, find_unused_parameters: bool = False) -> None:
+        super().__init__()
+        self._ddp = DistributedDataParallel(module, process_group=process_group,
+                                            broadcast_buffers=broadcast_buffers,
+                                            find_unused_parameters=find_unused_parameters)
+
+    def forward(self, *inputs: Any) -> Any:
+        return self._ddp(*inputs)
+
+
+def torch_ddp_factory(module: torch.nn.Module, **kwargs: Any) -> torch.nn.Module:
+    """A factory function (not a class): capabilities are only known once it is called."""
+    return DistributedDataParallel(module, **kwargs)

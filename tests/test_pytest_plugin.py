@@ -1,0 +1,76 @@
+"""The pytest route: same items, same verdicts as ``ddp-conformance run``, under xdist too."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def junit_outcomes(path: Path) -> dict[str, str]:
+    """Item name -> passed / failed / skipped / xfailed, from pytest's JUnit XML."""
+    outcomes = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        kinds = {child.tag for child in case}
+        skipped = case.find("skipped")
+        if "failure" in kinds or "error" in kinds:
+            outcome = "failed"
+        elif skipped is not None:
+            outcome = "xfailed" if skipped.get("type") == "pytest.xfail" else "skipped"
+        else:
+            outcome = "passed"
+        outcomes[case.get("name", "")] = outcome
+    return outcomes
+
+
+def test_pytest_xdist_agrees_with_the_command_line(tmp_path: Path) -> None:
+    candidates = ["--candidate", "torch", "--candidate", "tests.defective:SumsWithoutDividing",
+                  "--candidate", "tests.limited:ForwardOnly"]
+    proc = pytest_run("suites", "-n", "2", "-q", f"--junitxml={tmp_path / 'j.xml'}",
+                      *candidates)
+    assert proc.returncode == 1, proc.stdout[-3000:]  # the defective candidate fails
+    by_pytest = junit_outcomes(tmp_path / "j.xml")
+    cli = subprocess.run([sys.executable, "-m", "ddp_conformance", "run", "--report-dir",
+                          str(tmp_path / "cli"), *candidates], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert cli.returncode == 1
+    rows = [json.loads(x) for x in (tmp_path / "cli" / "results.jsonl").read_text().splitlines()]
+    expected = {"PASS": "passed", "FAIL": "failed", "N/A": "skipped"}
+    by_cli = {f"{r['scenario']}[{r['candidate']}]": expected[r["verdict"]]
+              for r in rows if r["type"] == "result"}
+    assert by_pytest == by_cli
+    assert set(by_cli.values()) == {"passed", "failed", "skipped"}
+
+
+def test_failures_show_the_evidence_and_na_the_missing_capability() -> None:
+    proc = pytest_run("suites/test_gradients.py", "suites/test_no_sync.py", "-rs", "-q",
+                      "--candidate", "tests.defective:SumsWithoutDividing",
+                      "--candidate", "tests.limited:ForwardOnly", "-k", "exact or window")
+    assert proc.returncode == 1
+    assert "FAIL: gradients/exact-dyadic[tests.defective:SumsWithoutDividing]: oracle.grad: " \
+           "step 0, rank 0" in proc.stdout
+    assert "N/A: candidate lacks no_sync" in proc.stdout
+
+
+def test_bad_options_stop_pytest_with_one_line() -> None:
+    proc = pytest_run("suites", "--candidate", "nosuch.module:X", timeout=120)
+    assert proc.returncode == 4
+    assert "unknown candidate 'nosuch.module:X'" in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_expectations_are_xfail_under_pytest(tmp_path: Path) -> None:
+    exp = tmp_path / "e.txt"
+    exp.write_text("gradients/exact-dyadic  # this candidate sums without dividing\n")
+    proc = pytest_run("suites/test_gradients.py", "-q", "-k", "exact", f"--expectations={exp}",
+                      "--candidate", "tests.defective:SumsWithoutDividing", "-rx")
+    assert proc.returncode == 0, proc.stdout
+    assert "1 xfailed" in proc.stdout

@@ -1,0 +1,110 @@
+"""Each kind of broken DDP gets its verdict, with evidence naming the rank and the check."""
+from __future__ import annotations
+
+import pytest
+
+from ddp_conformance.catalog import load_catalog
+from ddp_conformance.runner import Runner
+from ddp_conformance.scenario import Scenario
+from ddp_conformance.verdict import Verdict
+
+from .conftest import DEFECTIVE
+
+CATALOG = {s.id: s for s in load_catalog()}
+
+
+def scenario(scenario_id: str) -> Scenario:
+    return CATALOG[scenario_id]
+
+
+def test_torch_ddp_passes_the_catalog(runner: Runner) -> None:
+    verdicts = {s.id: runner.run_case(s, "torch") for s in CATALOG.values()}
+    assert {k: r.verdict for k, r in verdicts.items() if r.verdict is not Verdict.PASS} == {}
+
+
+def test_summing_without_dividing_fails_the_oracle_gradient_check(runner: Runner) -> None:
+    result = runner.run_case(scenario("gradients/mlp-sgd-momentum"),
+                             DEFECTIVE + "SumsWithoutDividing")
+    assert result.verdict is Verdict.FAIL
+    first = result.failures[0]
+    assert first.check == "oracle.grad" and first.step == 0 and first.rank == 0
+    assert first.name == "0.weight"
+    # At step 0 the candidate's gradient is exactly twice the oracle's: relative error 1.
+    bad = [f for f in result.figures if f.check == "oracle.grad" and f.step == 0]
+    assert bad and all(abs(f.max_rel - 1.0) < 1e-6 for f in bad)
+
+
+def test_exact_scenario_fails_bitwise(runner: Runner) -> None:
+    result = runner.run_case(scenario("gradients/exact-dyadic"), DEFECTIVE + "SumsWithoutDividing")
+    assert result.verdict is Verdict.FAIL
+    assert "bitwise" in result.failures[0].message
+
+
+def test_never_broadcasting_buffers_fails_the_broadcast_check_on_rank_1(runner: Runner) -> None:
+    result = runner.run_case(scenario("buffers/conv-bn-broadcast"),
+                             DEFECTIVE + "NeverBroadcastsBuffers")
+    assert result.verdict is Verdict.FAIL
+    broadcast = [f for f in result.failures if f.check == "replica.buffer_broadcast"]
+    assert broadcast, [f.message for f in result.failures]
+    # Buffers first differ after rank-local updates: at step 1, on rank 1.
+    assert (broadcast[0].step, broadcast[0].rank) == (1, 1)
+    assert broadcast[0].name is not None and broadcast[0].name.startswith("bn.running_")
+    # Without broadcast_buffers the same candidate is right.
+    assert runner.run_case(scenario("buffers/conv-bn-no-broadcast"),
+                           DEFECTIVE + "NeverBroadcastsBuffers").verdict is Verdict.PASS
+
+
+def test_a_join_hook_that_shadows_nothing_is_a_timeout_with_stacks(runner: Runner) -> None:
+    result = runner.run_case(scenario("join/uneven-divide-by-initial"),
+                             DEFECTIVE + "JoinHookDoesNotShadow")
+    assert result.verdict is Verdict.TIMEOUT
+    assert set(result.stacks) == {0, 1}
+    assert "all_reduce" in result.stacks[1] or "all_reduce" in result.stacks[0]
+    assert "rank 0 at" in result.reason and "rank 1 at" in result.reason
+    # The pool recovered: the next case runs normally.
+    assert runner.run_case(scenario("gradients/mlp-adam"), "torch").verdict is Verdict.PASS
+
+
+def test_a_rank_exiting_mid_step_is_a_crash_naming_it(runner: Runner) -> None:
+    result = runner.run_case(scenario("gradients/mlp-adam"), DEFECTIVE + "ExitsMidStep")
+    assert result.verdict is Verdict.CRASH
+    assert result.exit_codes == {1: 3}
+    assert result.reason == "rank 1 died with exit code 3"
+    assert runner.run_case(scenario("gradients/mlp-adam"), "torch").verdict is Verdict.PASS
+
+
+def test_a_rank_raising_is_an_error_with_its_traceback(runner: Runner) -> None:
+    result = runner.run_case(scenario("gradients/mlp-adam"), DEFECTIVE + "RaisesOnRank1")
+    assert result.verdict is Verdict.ERROR
+    assert result.reason == "rank 1 raised RuntimeError: defective candidate: rank 1 gives up"
+    assert "defective.py" in result.tracebacks[1]
+    assert result.duration_s < 6.0, "rank 0 must be released, not left to the Gloo timeout"
+
+
+@pytest.mark.parametrize("scenario_id, missing", [
+    ("no-sync/window-of-3", "no_sync"),
+    ("join/uneven-divide-by-active", "join"),
+])
+def test_missing_capabilities_are_not_applicable(runner: Runner, scenario_id: str,
+                                                 missing: str) -> None:
+    result = runner.run_case(scenario(scenario_id), "tests.limited:ForwardOnly")
+    assert result.verdict is Verdict.NA
+    assert missing in result.reason
+    # What it has, it is judged on.
+    assert runner.run_case(scenario("gradients/mlp-adam"),
+                           "tests.limited:ForwardOnly").verdict is Verdict.PASS
+
+
+def test_a_factory_function_is_judged_after_wrapping(runner: Runner) -> None:
+    """A callable that is not a class: its features are read from the module it returns."""
+    for sid in ("no-sync/window-of-3", "join/uneven-divide-by-initial"):
+        assert runner.run_case(scenario(sid), "tests.limited:torch_ddp_factory").verdict \
+            is Verdict.PASS
+
+
+def test_an_option_the_candidate_does_not_accept_is_not_applicable(runner: Runner) -> None:
+    # ForwardOnly accepts broadcast_buffers but not gradient_as_bucket_view.
+    s = Scenario("t/bucket-view", "mlp", ddp_options={"gradient_as_bucket_view": True})
+    result = runner.run_case(s, "tests.limited:ForwardOnly")
+    assert result.verdict is Verdict.NA
+    assert "option:gradient_as_bucket_view" in result.reason
