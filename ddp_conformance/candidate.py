@@ -100,6 +100,9 @@ class Candidate:
     description: str = ""
     #: When True, capabilities are only known once the model is wrapped (a factory function).
     late_capabilities: bool = False
+    #: An expectations file shipped with the candidate (built-in adapters), applied with
+    #: any ``--expectations`` file the user gives.
+    expectations: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -233,13 +236,21 @@ def _cwd_importable() -> Iterator[None]:
             sys.path.remove(cwd)
 
 
+def builtin_candidates() -> dict[str, Callable[[], Candidate]]:
+    """Every built-in name: torch, reference, and the ecosystem adapters."""
+    from .adapters import ADAPTERS
+
+    return {**BUILTINS, **ADAPTERS}
+
+
 def resolve_candidate(spec: str) -> Candidate:
     """Turn ``--candidate SPEC`` into a :class:`Candidate`, or raise :class:`UsageError`."""
-    if spec in BUILTINS:
-        return BUILTINS[spec]()
+    builtins = builtin_candidates()
+    if spec in builtins:
+        return builtins[spec]()
     if ":" not in spec:
         raise UsageError(f"unknown candidate {spec!r}: not a built-in "
-                         f"({', '.join(BUILTINS)}) and not of the form package.module:attr")
+                         f"({', '.join(builtins)}) and not of the form package.module:attr")
     module_name, _, attr_path = spec.partition(":")
     try:
         with _cwd_importable():

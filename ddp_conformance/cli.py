@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(progress_line(i, len(cases), result) + "\n")
                 out.flush()
         finally:
-            notes = [f"expectation {e.pattern!r} ({runner.expectations.path}:{e.line}) matched "
+            notes = [f"expectation {e.pattern!r} ({e.path}:{e.line}) matched "
                      "no case" for e in runner.expectations.stale()] if len(results) == len(cases) else []
             notes += [f"{sid}: not compared with the reference DDP ({why})"
                       for sid, why in runner.reference_notes.items()]

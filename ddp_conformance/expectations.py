@@ -25,6 +25,7 @@ class Expectation:
     reason: str
     line: int
     used: bool = False
+    path: str = ""
 
     def matches(self, text: str) -> bool:
         regex = re.escape(self.pattern).replace(r"\*", ".*").replace(r"\?", ".")
@@ -35,6 +36,14 @@ class Expectation:
 class Expectations:
     path: str = ""
     entries: list[Expectation] = field(default_factory=list)
+
+    @classmethod
+    def load_all(cls, paths: list[str]) -> Expectations:
+        """Several files as one: the first matching entry wins, in the order given."""
+        merged = cls(", ".join(paths))
+        for path in paths:
+            merged.entries.extend(cls.load(path).entries)
+        return merged
 
     @classmethod
     def load(cls, path: str | None) -> Expectations:
@@ -53,7 +62,7 @@ class Expectations:
             pattern, sep, reason = line.partition("#")
             if not sep or not reason.strip():
                 raise UsageError(f"{path}:{number}: every expectation needs a reason after '#'")
-            entries.append(Expectation(pattern.strip(), reason.strip(), number))
+            entries.append(Expectation(pattern.strip(), reason.strip(), number, path=path))
         return cls(path, entries)
 
     def match(self, scenario_id: str, candidate: str) -> Expectation | None:
@@ -69,7 +78,7 @@ class Expectations:
         entry = self.match(result.scenario, result.candidate)
         if entry is None:
             return result
-        result.expectation = f"{self.path}:{entry.line}: {entry.reason}"
+        result.expectation = f"{entry.path}:{entry.line}: {entry.reason}"
         if result.verdict is Verdict.PASS:
             result.verdict = Verdict.XPASS
         elif result.verdict.unexpected:

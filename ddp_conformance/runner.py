@@ -45,15 +45,18 @@ class RunConfig:
 class Runner:
     """Owns the rank pool, the resolved candidates and the oracle cache of one run."""
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, pool: RankPool | None = None) -> None:
+        """``pool`` replaces the rank pool (e.g. ranks started by torchrun); same interface."""
         self.config = config
         self.device_kind = validate(config.backend, config.device, config.world_size)
         self.candidates: dict[str, Candidate] = {}
         for spec in config.candidates:
             self.candidates[spec] = resolve_candidate(spec)
-        self.expectations = Expectations.load(config.expectations)
-        self.pool = RankPool(config.world_size, config.backend, self.device_kind,
-                             fresh=config.pool == "fresh")
+        shipped = [c.expectations for c in self.candidates.values() if c.expectations]
+        self.expectations = Expectations.load_all(
+            ([config.expectations] if config.expectations else []) + shipped)
+        self.pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
+                                     fresh=config.pool == "fresh")
         self._oracles: dict[str, OracleRecord] = {}
         self._references: dict[str, dict[int, RankRecord] | None] = {}
         self.reference_notes: dict[str, str] = {}
