@@ -72,8 +72,13 @@ class Adapter(ABC):
     def register_comm_hook(self, state: Any, hook: Callable[..., Any]) -> None:
         raise NotImplementedError("register_comm_hook")
 
+    def sync_context(self, is_final_microbatch: bool, strategy: str) -> ContextManager[None]:
+        """One microbatch's forward and backward under a Composer sync strategy."""
+        raise NotImplementedError("sync_context")
+
     def gradients(self) -> dict[str, Tensor | None]:
-        return {n: None if p.grad is None else p.grad.detach().clone()
+        """Full, dense gradients (a sparse gradient is reported densified)."""
+        return {n: None if p.grad is None else dense(p.grad)
                 for n, p in self.module.named_parameters()}
 
     def parameters(self) -> dict[str, Tensor]:
@@ -81,6 +86,11 @@ class Adapter(ABC):
 
     def buffers(self) -> dict[str, Tensor]:
         return {n: b.detach().clone() for n, b in self.module.named_buffers()}
+
+
+def dense(t: Tensor) -> Tensor:
+    """A detached dense copy of ``t`` (sparse gradients are compared densified)."""
+    return t.detach().to_dense() if t.is_sparse else t.detach().clone()
 
 
 @dataclass
@@ -136,19 +146,27 @@ class DDPLikeAdapter(Adapter):
         return self.ddp.no_sync()  # type: ignore[operator]
 
     def join(self, **join_kwargs: Any) -> ContextManager[None]:
-        from torch.distributed.algorithms.join import Join
+        """Join over the DDP module and, when it is joinable, the optimizer (ZeRO)."""
+        from torch.distributed.algorithms.join import Join, Joinable
 
         throw = join_kwargs.pop("throw_on_early_termination", False)
-        return Join([self.ddp], throw_on_early_termination=throw, **join_kwargs)  # type: ignore[list-item]
+        joinables = [self.ddp] + ([self.optimizer] if isinstance(self.optimizer, Joinable) else [])
+        return Join(joinables, throw_on_early_termination=throw, **join_kwargs)  # type: ignore[arg-type]
 
     def register_comm_hook(self, state: Any, hook: Callable[..., Any]) -> None:
         self.ddp.register_comm_hook(state, hook)  # type: ignore[operator]
+
+    def sync_context(self, is_final_microbatch: bool, strategy: str) -> ContextManager[None]:
+        from ddp_reference import ddp_sync_context
+
+        return ddp_sync_context(self.ddp, is_final_microbatch, strategy)
 
 
 def _instance_capabilities(obj: Any) -> frozenset[str]:
     caps: set[str] = set()
     if callable(getattr(obj, "no_sync", None)):
-        caps.add(Capability.NO_SYNC.value)
+        # Composer's strategies need only no_sync (forced_sync reduces by hand).
+        caps.update((Capability.NO_SYNC.value, Capability.SYNC_STRATEGY.value))
     if all(hasattr(obj, a) for a in JOINABLE_ATTRIBUTES):
         caps.add(Capability.JOIN.value)
     if callable(getattr(obj, "register_comm_hook", None)):

@@ -9,8 +9,9 @@
   oracle's trajectory.
 - ``replica.param``: after each step, parameters are bitwise identical on all ranks that
   trained in it.
-- ``replica.buffer_broadcast``: with ``broadcast_buffers``, every synced forward starts from
-  rank 0's buffers, bitwise.
+- ``replica.buffer_broadcast``: with ``broadcast_buffers``, every forward at which DDP
+  broadcasts (see ``procedure.buffers_broadcast``) starts from the same buffers on every
+  rank, bitwise.
 - ``replica.final``: after the training loop (and Join's final sync), parameters are
   bitwise identical on every rank, and buffers equal the last joiner's where broadcast.
 - ``reference.grad`` / ``reference.grad_none`` / ``reference.param`` / ``reference.buffer``:
@@ -18,15 +19,16 @@
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from torch import Tensor
 
 from .engine import RankRecord, Tensors
 from .oracle import OracleRecord
-from .procedure import synced
+from .procedure import buffers_broadcast
 from .scenario import Scenario
-from .tolerance import distance, rtol_for
+from .tolerance import BITWISE, Policy, distance
 from .verdict import CheckFailure, Figure
 
 MAX_FAILURES_PER_CHECK = 20
@@ -39,16 +41,22 @@ class Evidence:
     figures: list[Figure] = field(default_factory=list)
     failures: list[CheckFailure] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        """Something reported that fails nothing (e.g. a check outside the profile)."""
+        self.notes.append(message)
 
     def ran(self, check: str) -> None:
         if check not in self.checks:
             self.checks.append(check)
 
     def fail(self, check: str, message: str, step: int | None = None, rank: int | None = None,
-             name: str | None = None) -> None:
+             name: str | None = None, detail: str = "") -> None:
         self.ran(check)
         if sum(f.check == check for f in self.failures) < MAX_FAILURES_PER_CHECK:
-            self.failures.append(CheckFailure(check, f"{check}: {message}", step, rank, name))
+            self.failures.append(CheckFailure(check, f"{check}: {message}", step, rank, name,
+                                              detail))
 
     def compare(self, check: str, step: int, rank: int, name: str, actual: Tensor,
                 expected: Tensor, rtol: float, against: str, scale: float = 0.0) -> None:
@@ -77,31 +85,41 @@ class Evidence:
                   step, rank, name)
 
     def compare_all(self, check: str, step: int, rank: int, actual: Tensors,
-                    expected: Tensors, exact: bool, against: str) -> None:
+                    expected: Tensors, policy: Policy, against: str) -> None:
         if set(actual) != set(expected):
             self.fail(check, f"step {step}, rank {rank}: names {sorted(set(actual) ^ set(expected))}"
                              f" present on one side only (against {against})", step, rank)
         for name in expected.keys() & actual.keys():
-            rtol = rtol_for(expected[name].dtype, exact)
+            rtol = policy.rtol(expected[name].dtype)
             self.compare(check, step, rank, name, actual[name], expected[name], rtol, against)
 
 
 def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: OracleRecord) -> Evidence:
-    """Run every check on the per-rank records of one scenario against the oracle."""
+    """Run every check on the per-rank records of one scenario against the oracle.
+
+    A scenario that expects an error checks that error only (and, elsewhere, the trace):
+    the iteration that fails is by definition not a DDP step.
+    """
     ev = Evidence()
-    exact = scenario.exact
+    if scenario.expect_error is not None:
+        _check_expected_error(ev, scenario.expect_error, records)
+        return ev
+    exact = Policy(scenario.exact, scenario.rtol)
     for rank, rec in sorted(records.items()):
         ev.compare_all("init.param", -1, rank, rec.initial_params, oracle.initial_params,
-                       True, "rank 0's initial parameters")
+                       BITWISE, "rank 0's initial parameters")
         for step, srec in enumerate(rec.steps):
             if step >= len(oracle.steps):
                 ev.fail("oracle.grad", f"rank {rank} ran step {step}, the oracle has "
                                        f"{len(oracle.steps)} steps", step, rank)
                 break
             ostep = oracle.steps[step]
+            if not scenario.oracle_after_join and len(ostep.active) < len(records):
+                break
             _check_grads(ev, "oracle", step, rank, srec.grads, ostep.grads, ostep.grad_scales,
                          exact, "the oracle")
-            ev.compare_all("oracle.param", step, rank, srec.params, ostep.params, exact, "the oracle")
+            ev.compare_all("oracle.param", step, rank, srec.params, ostep.params, exact,
+                           "the oracle")
             ev.compare_all("oracle.buffer", step, rank, srec.buffers, ostep.buffers[rank], exact,
                            "the oracle")
             _check_forward_buffers(ev, step, rank, srec.buffers_at_forward,
@@ -115,22 +133,35 @@ def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: Oracle
             if rank == first:
                 continue
             ev.compare_all("replica.param", step, rank, rec.steps[step].params,
-                           holders[first].steps[step].params, True, f"rank {first}")
+                           holders[first].steps[step].params, BITWISE, f"rank {first}")
             if scenario.broadcasts_buffers():
                 ref_fwd = holders[first].steps[step].buffers_at_forward
                 for mb, bufs in enumerate(rec.steps[step].buffers_at_forward):
-                    if synced(scenario, mb) and mb < len(ref_fwd):
+                    if buffers_broadcast(scenario, step, mb) and mb < len(ref_fwd):
                         ev.compare_all("replica.buffer_broadcast", step, rank, bufs, ref_fwd[mb],
-                                       True, f"rank {first}'s buffers at the same forward")
+                                       BITWISE, f"rank {first}'s buffers at the same forward")
     for rank, rec in records.items():
         if rank != lowest:
             ev.compare_all("replica.final", len(rec.steps), rank, rec.final_params,
-                           records[lowest].final_params, True, f"rank {lowest}'s final parameters")
+                           records[lowest].final_params, BITWISE, f"rank {lowest}'s final parameters")
         if scenario.join is not None and scenario.broadcasts_buffers():
             ev.compare_all("replica.final", len(rec.steps), rank, rec.final_buffers,
                            oracle.final_buffers, exact,
                            f"the last joiner's (rank {oracle.last_joiner}) final buffers")
     return ev
+
+
+def _check_expected_error(ev: Evidence, pattern: str, records: dict[int, RankRecord]) -> None:
+    """``expected_error``: every rank raised an error matching ``pattern`` (no hang: the
+    deadline would have turned a hang into TIMEOUT before this check)."""
+    ev.ran("expected_error")
+    for rank, rec in sorted(records.items()):
+        if not rec.raised:
+            ev.fail("expected_error", f"rank {rank} finished its {len(rec.steps)} steps without "
+                    f"raising; expected an error matching {pattern!r}", None, rank)
+        elif not re.search(pattern, rec.raised):
+            ev.fail("expected_error", f"rank {rank} raised {rec.raised!r}, expected an error "
+                    f"matching {pattern!r}", len(rec.steps), rank)
 
 
 def check_reference(ev: Evidence, scenario: Scenario, records: dict[int, RankRecord],
@@ -140,6 +171,7 @@ def check_reference(ev: Evidence, scenario: Scenario, records: dict[int, RankRec
     Same tolerances as against the oracle (the reference may reduce in another order than
     the candidate); ``None``-ness of gradients must match exactly.
     """
+    policy = Policy(scenario.exact, scenario.rtol)
     for rank, rec in sorted(records.items()):
         ref = reference.get(rank)
         if ref is None:
@@ -150,16 +182,16 @@ def check_reference(ev: Evidence, scenario: Scenario, records: dict[int, RankRec
         for step, (srec, rrec) in enumerate(zip(rec.steps, ref.steps, strict=False)):
             scales = oracle.steps[step].grad_scales if step < len(oracle.steps) else {}
             _check_grads(ev, "reference", step, rank, srec.grads, rrec.grads, scales,
-                         scenario.exact, "the reference")
+                         policy, "the reference")
             ev.compare_all("reference.param", step, rank, srec.params, rrec.params,
-                           scenario.exact, "the reference")
+                           policy, "the reference")
             ev.compare_all("reference.buffer", step, rank, srec.buffers, rrec.buffers,
-                           scenario.exact, "the reference")
+                           policy, "the reference")
 
 
 def _check_grads(ev: Evidence, prefix: str, step: int, rank: int,
                  grads: dict[str, Tensor | None], expected: dict[str, Tensor | None],
-                 scales: dict[str, float], exact: bool, against: str) -> None:
+                 scales: dict[str, float], policy: Policy, against: str) -> None:
     ev.ran(f"{prefix}.grad_none")
     for name, want in expected.items():
         got = grads.get(name)
@@ -169,15 +201,15 @@ def _check_grads(ev: Evidence, prefix: str, step: int, rank: int,
                     f"{state}, {against}'s is {'None' if want is None else 'a tensor'}",
                     step, rank, name)
         elif got is not None and want is not None:
-            ev.compare(f"{prefix}.grad", step, rank, name, got, want, rtol_for(want.dtype, exact),
+            ev.compare(f"{prefix}.grad", step, rank, name, got, want, policy.rtol(want.dtype),
                        against, scales.get(name, 0.0))
 
 
 def _check_forward_buffers(ev: Evidence, step: int, rank: int,
-                           seen: list[Tensors], expected: list[Tensors], exact: bool) -> None:
+                           seen: list[Tensors], expected: list[Tensors], policy: Policy) -> None:
     if len(seen) != len(expected):
         ev.fail("oracle.buffer", f"step {step}, rank {rank}: {len(seen)} forwards seen, "
                                  f"{len(expected)} expected", step, rank)
         return
     for bufs, want in zip(seen, expected, strict=True):
-        ev.compare_all("oracle.buffer", step, rank, bufs, want, exact, "the oracle at forward")
+        ev.compare_all("oracle.buffer", step, rank, bufs, want, policy, "the oracle at forward")

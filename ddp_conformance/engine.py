@@ -15,10 +15,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .candidate import Candidate
+from .candidate import Adapter, Candidate
 from .models import get_model
-from .procedure import batch, build_module, make_optimizer, synced
+from .procedure import batch, build_module, make_comm_hook, make_optimizer, synced
 from .scenario import Capability, Scenario
+from .trace import TRACER, Collective
 
 Tensors = dict[str, Tensor]
 
@@ -41,6 +42,10 @@ class RankRecord:
     steps: list[StepRecord] = field(default_factory=list)
     final_params: Tensors = field(default_factory=dict)
     final_buffers: Tensors = field(default_factory=dict)
+    #: "Type: message" of the error this rank raised where the scenario expects one.
+    raised: str = ""
+    #: Every collective this rank issued, with the phase it was issued in.
+    trace: list[Collective] = field(default_factory=list)
 
 
 def missing_capabilities(scenario: Scenario, capabilities: frozenset[str]) -> str:
@@ -60,41 +65,70 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
         scenario, candidate.capabilities | _unknowable(candidate))
     if static_missing:
         return RankRecord(rank, not_applicable=static_missing)
-    spec = get_model(scenario.model)
     module = build_module(scenario, rank, device)
+    TRACER.take()
+    TRACER.phase("wrap")
     adapter = candidate.wrap(module, process_group, device, **scenario.ddp_options)
     na = missing_capabilities(scenario, adapter.capabilities)
     if na:
         return RankRecord(rank, not_applicable=na)
+    if scenario.comm_hook:
+        adapter.register_comm_hook(*make_comm_hook(scenario.comm_hook, process_group))
 
+    TRACER.phase("record")
     record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
     adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
-    at_forward: list[Tensors] = []
+    at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
     hook = module.register_forward_pre_hook(
         lambda mod, args: at_forward.append(_snapshot(mod.named_buffers())))
     join = (adapter.join(divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
                          throw_on_early_termination=scenario.join.throw_on_early_termination)
             if scenario.join else contextlib.nullcontext())
+    steps = scenario.steps_for(rank)
     try:
         with join:
-            for step in range(scenario.steps_for(rank)):
-                adapter.zero_grad(scenario.zero_grad_set_to_none)
-                at_forward = []
-                for mb in range(scenario.microbatches):
-                    inputs, target = batch(scenario, rank, step, mb, world_size, device)
-                    sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
-                    with sync:
-                        loss = spec.loss(adapter.forward(*inputs), target)
-                        adapter.backward(loss)
-                grads = adapter.gradients()
-                adapter.step()
-                record.steps.append(StepRecord(grads, adapter.parameters(), adapter.buffers(),
-                                               at_forward))
+            _train(scenario, adapter, record, steps, at_forward, rank, world_size, device)
+            TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
+        if scenario.expect_error is None:
+            raise
+        record.raised = f"{type(exc).__name__}: {exc}"
     finally:
         hook.remove()
+    TRACER.phase("record", steps)
     record.final_params = adapter.parameters()
     record.final_buffers = adapter.buffers()
+    record.trace = TRACER.take()
     return record
+
+
+def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
+           at_forward: list[Tensors], rank: int, world_size: int, device: torch.device) -> None:
+    """The training loop: per step, zero_grad, the microbatches, record, optimizer step."""
+    loss_fn = get_model(scenario.model).loss
+    last = scenario.microbatches - 1
+    for step in range(steps):
+        TRACER.phase("zero_grad", step)
+        adapter.zero_grad(scenario.zero_grad_set_to_none)
+        for mb in range(scenario.microbatches):
+            inputs, target = batch(scenario, rank, step, mb, world_size, device)
+            if scenario.sync_strategy is not None:
+                sync = adapter.sync_context(mb == last, scenario.sync_strategy)
+            else:
+                sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
+            with sync:
+                TRACER.phase("forward", step, mb)
+                loss = loss_fn(adapter.forward(*inputs), target)
+                TRACER.phase("backward", step, mb)
+                adapter.backward(loss)
+        TRACER.phase("record", step)
+        grads = adapter.gradients()
+        TRACER.phase("optimizer", step)
+        adapter.step()
+        TRACER.phase("record", step)
+        record.steps.append(StepRecord(grads, adapter.parameters(), adapter.buffers(),
+                                       list(at_forward)))
+        at_forward.clear()
 
 
 def _unknowable(candidate: Candidate) -> frozenset[str]:

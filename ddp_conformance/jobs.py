@@ -30,6 +30,8 @@ class Job:
     candidate: str = ""
     function: str = ""  # "package.module:qualname" for kind == "call"
     args: tuple[Any, ...] = field(default_factory=tuple)
+    #: Create the job's process groups through the tracing backend (see trace.py).
+    trace: bool = True
 
 
 def send(conn: Connection, message: Any) -> None:

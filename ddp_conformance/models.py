@@ -22,7 +22,8 @@ Batch = tuple[tuple[Any, ...], Tensor]
 class ModelSpec:
     name: str
     build: Callable[..., nn.Module]
-    batch: Callable[[torch.Generator, int, int, int], Batch]
+    #: ``batch(gen, size, rank, world_size, step)``: one rank's batch at one step.
+    batch: Callable[[torch.Generator, int, int, int, int], Batch]
     loss: Callable[[Any, Tensor], Tensor]
     description: str = ""
 
@@ -54,7 +55,7 @@ def dot(out: Any, target: Tensor) -> Tensor:
 
 
 def _normal_batch(in_shape: tuple[int, ...], out_features: int) -> Callable[..., Batch]:
-    def batch(gen: torch.Generator, size: int, rank: int, world_size: int) -> Batch:
+    def batch(gen: torch.Generator, size: int, rank: int, world_size: int, step: int) -> Batch:
         x = torch.randn((size, *in_shape), generator=gen)
         y = torch.randn((size, out_features), generator=gen)
         return (x,), y
@@ -92,7 +93,8 @@ class ConvBN(nn.Module):
         return self.fc(F.relu(self.bn(self.conv(x))).flatten(1))
 
 
-def _image_batch(gen: torch.Generator, size: int, rank: int, world_size: int) -> Batch:
+def _image_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                 step: int) -> Batch:
     # Per-rank offset so the BatchNorm running statistics visibly differ between ranks.
     x = torch.randn((size, 3, 6, 6), generator=gen) + 0.5 * rank
     return (x,), torch.randn((size, 4), generator=gen)
@@ -117,7 +119,8 @@ class Branchy(nn.Module):
         return out + self.extra(x) if use_extra else out
 
 
-def _branchy_batch(gen: torch.Generator, size: int, rank: int, world_size: int) -> Batch:
+def _branchy_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                   step: int) -> Batch:
     x = torch.randn((size, 8), generator=gen)
     # Rank 1 never uses ``extra``: the parameter is used on some ranks only.
     return (x, rank != 1), torch.randn((size, 4), generator=gen)
@@ -143,7 +146,8 @@ def build_dyadic() -> nn.Module:
     return model
 
 
-def _dyadic_batch(gen: torch.Generator, size: int, rank: int, world_size: int) -> Batch:
+def _dyadic_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                  step: int) -> Batch:
     """Inputs in halves, targets in quarters times the world size.
 
     With the ``dot`` loss every gradient is a short sum of products of such numbers, so it is
@@ -157,3 +161,234 @@ def _dyadic_batch(gen: torch.Generator, size: int, rank: int, world_size: int) -
 
 register(ModelSpec("dyadic", build_dyadic, _dyadic_batch, dot,
                    "exact-valued: every gradient sum exact in any order"))
+
+
+# --- parameters unused always, on alternate steps -----------------------------------
+
+
+class Unused(nn.Module):
+    """``never`` is never used; ``alternate`` only on even steps (the batch says which)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(8, 4)
+        self.never = nn.Linear(8, 4)
+        self.alternate = nn.Linear(8, 4)
+
+    def forward(self, x: Tensor, use_alternate: bool) -> Tensor:
+        out = self.body(x)
+        return out + self.alternate(x) if use_alternate else out
+
+
+def _alternate_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                     step: int) -> Batch:
+    x = torch.randn((size, 8), generator=gen)
+    return (x, step % 2 == 0), torch.randn((size, 4), generator=gen)
+
+
+register(ModelSpec("unused_always_and_alternate", Unused, _alternate_batch, mse,
+                   "`never` unused on every rank; `alternate` used on even steps only"))
+
+
+# --- frozen, tied, used twice ----------------------------------------------------------
+
+
+class Frozen(nn.Module):
+    """The first layer does not require gradients: DDP must not reduce it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = nn.Linear(8, 8)
+        self.frozen.requires_grad_(False)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(torch.tanh(self.frozen(x)))
+
+
+class Tied(nn.Module):
+    """One weight shared by two modules: DDP reduces it once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Linear(8, 6)
+        self.mid = nn.Linear(6, 6)
+        self.tied = nn.Linear(6, 6)
+        self.tied.weight = self.mid.weight
+        self.dec = nn.Linear(6, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.tanh(self.enc(x))
+        return self.dec(self.tied(torch.tanh(self.mid(h))))
+
+
+class UsedTwice(nn.Module):
+    """One module applied twice per forward: its gradient accumulates two contributions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 6)
+        self.shared = nn.Linear(6, 6)
+        self.out = nn.Linear(6, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out(self.shared(torch.tanh(self.shared(self.inp(x)))))
+
+
+register(ModelSpec("frozen", Frozen, _normal_batch((8,), 4), mse, "a frozen first layer"))
+register(ModelSpec("tied", Tied, _normal_batch((8,), 4), mse, "a weight shared by two layers"))
+register(ModelSpec("used_twice", UsedTwice, _normal_batch((8,), 4), mse,
+                   "one layer applied twice per forward"))
+
+
+# --- mixed dtypes, many tiny tensors, one large tensor -----------------------------------
+
+
+class MixedDtypes(nn.Module):
+    """float32 and float64 parameters: DDP buckets them separately."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 6)
+        self.b = nn.Linear(6, 6).double()
+        self.c = nn.Linear(6, 6)
+        self.d = nn.Linear(6, 4).double()
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.b(torch.relu(self.a(x)).double()).float()
+        return self.d(self.c(h).double()).float()
+
+
+class ManyTiny(nn.Module):
+    """``layers`` tiny Linear(3, 3) layers: 2 x layers + 4 parameter tensors."""
+
+    def __init__(self, layers: int = 100) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 3)
+        self.layers = nn.ModuleList(nn.Linear(3, 3) for _ in range(layers))
+        self.out = nn.Linear(3, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.inp(x)
+        for layer in self.layers:
+            h = h + 0.1 * torch.tanh(layer(h))
+        return self.out(h)
+
+
+class OneLarge(nn.Module):
+    """A 128 x 128 weight (64 KiB): above a small bucket cap on its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 128)
+        self.big = nn.Linear(128, 128)
+        self.out = nn.Linear(128, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out(torch.relu(self.big(torch.relu(self.inp(x)))))
+
+
+register(ModelSpec("mixed_dtypes", MixedDtypes, _normal_batch((8,), 4), mse,
+                   "float32 and float64 parameters"))
+register(ModelSpec("many_tiny", ManyTiny, _normal_batch((8,), 4), mse,
+                   "204 tiny parameter tensors"))
+register(ModelSpec("one_large", OneLarge, _normal_batch((8,), 4), mse,
+                   "one 64 KiB weight, above a small bucket cap"))
+
+
+# --- embeddings --------------------------------------------------------------------------
+
+
+class Embedding(nn.Module):
+    def __init__(self, sparse: bool = False) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 6, sparse=sparse)
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.fc(self.emb(idx).sum(1))
+
+
+def _index_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                 step: int) -> Batch:
+    # Ranks index overlapping but different rows, so some rows get gradients from one
+    # rank only and some from none.
+    idx = torch.randint(0, 12, (size, 3), generator=gen) + 2 * rank
+    return (idx,), torch.randn((size, 4), generator=gen)
+
+
+register(ModelSpec("embedding", Embedding, _index_batch, mse, "dense nn.Embedding"))
+register(ModelSpec("sparse_embedding", lambda: Embedding(sparse=True), _index_batch, mse,
+                   "nn.Embedding(sparse=True): sparse gradients"))
+
+
+# --- nested outputs ----------------------------------------------------------------------
+
+
+@dataclass
+class Heads:
+    main: Tensor
+    extra: tuple[Tensor, int]
+
+
+class NestedOutputs(nn.Module):
+    """Returns a dict holding a dataclass holding a tuple (with a non-tensor), and ``aux``:
+    DDP must find the tensors inside to traverse the graph (``find_unused_parameters``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.main = nn.Linear(8, 4)
+        self.side = nn.Linear(8, 4)
+        self.aux = nn.Linear(8, 2)
+
+    def forward(self, x: Tensor) -> dict[str, Any]:
+        h = torch.relu(self.trunk(x))
+        return {"heads": Heads(self.main(h), (self.side(h), 3)), "aux": self.aux(h)}
+
+
+def nested_loss(out: Any, target: Tensor) -> Tensor:
+    heads = out["heads"]
+    return F.mse_loss(heads.main + heads.extra[0], target) + out["aux"].pow(2).mean()
+
+
+def nested_loss_without_aux(out: Any, target: Tensor) -> Tensor:
+    """Leaves the ``aux`` output out of the loss: its parameters never get a gradient."""
+    heads = out["heads"]
+    return F.mse_loss(heads.main + heads.extra[0], target)
+
+
+register(ModelSpec("nested_outputs", NestedOutputs, _normal_batch((8,), 4), nested_loss,
+                   "dict / dataclass / tuple outputs, all in the loss"))
+register(ModelSpec("nested_outputs_aux_left_out", NestedOutputs, _normal_batch((8,), 4),
+                   nested_loss_without_aux, "nested outputs; `aux` left out of the loss"))
+
+
+# --- float16 near its range ----------------------------------------------------------------
+
+
+def build_fp16_overflow() -> nn.Module:
+    """A float16 linear layer whose gradients are exact and near float16's range."""
+    model = nn.Linear(4, 2, bias=False).half()
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.5, -0.25, 0.125, 1.0], [-1.0, 0.5, 0.25, -0.5]]))
+    return model
+
+
+#: Per world size, a power of two ``base`` with ``W * base < 65504 < W * W * base``: each
+#: rank's gradient ``W * base`` fits in float16 and so does their mean, but their sum does
+#: not. DDP divides before it sums; a DDP that divides after overflows to inf.
+FP16_BASE = {1: 2.0**14, 2: 2.0**14, 3: 2.0**13, 4: 2.0**12}
+
+
+def _fp16_overflow_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                         step: int) -> Batch:
+    x = torch.ones((size, 4), dtype=torch.float16)
+    # Signs vary per output but not per rank, so the ranks' gradients never cancel.
+    signs = torch.tensor([1.0, -1.0], dtype=torch.float16)
+    t = signs * FP16_BASE.get(world_size, 2.0**12) * world_size / size
+    return (x,), t.expand(size, 2).clone()
+
+
+register(ModelSpec("fp16_overflow", build_fp16_overflow, _fp16_overflow_batch, dot,
+                   "float16 gradients whose sum over ranks overflows float16"))

@@ -16,8 +16,9 @@ models this is the same as the concatenated global batch.
   ranks (torch's ``_DDPJoinHook``);
 - parameters unused on every rank keep their previous gradient (``None`` stays ``None``),
   as with ``find_unused_parameters=True``;
-- buffers are simulated per rank: with ``broadcast_buffers`` every synced forward starts
-  from rank 0's buffers, as DDP's pre-forward broadcast makes it.
+- buffers are simulated per rank: with ``broadcast_buffers``, a forward that follows a
+  synced forward starts from rank 0's buffers (the highest active rank's under Join), as
+  DDP's pre-forward broadcast makes it (see ``procedure.buffers_broadcast``).
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .candidate import dense
 from .engine import Tensors
 from .models import get_model
-from .procedure import batch, build_module, make_optimizer, synced
+from .procedure import batch, buffers_broadcast, build_module, make_optimizer
 from .scenario import Scenario
 
 
@@ -53,6 +55,8 @@ class OracleRecord:
     final_params: Tensors = field(default_factory=dict)
     final_buffers: Tensors = field(default_factory=dict)
     last_joiner: int = 0
+    #: Elements of the parameters that require gradients: what a synced backward reduces.
+    reduced_numel: int = 0
 
 
 def _clone(tensors: Mapping[str, Tensor]) -> Tensors:
@@ -86,8 +90,9 @@ def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> Or
         for r in range(world_size)
     }
     params = dict(model.named_parameters())
-    record = OracleRecord(_clone(params), {r: _clone(b) for r, b in rank_buffers.items()})
-    optimizer = make_optimizer(scenario, model.parameters())
+    record = OracleRecord(_clone(params), {r: _clone(b) for r, b in rank_buffers.items()},
+                          reduced_numel=sum(p.numel() for p in params.values() if p.requires_grad))
+    optimizer = make_optimizer(scenario, model.parameters(), distributed=False)
     steps = [scenario.steps_for(r) for r in range(world_size)]
 
     for step in range(max(steps)):
@@ -97,9 +102,12 @@ def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> Or
         local: dict[int, dict[str, Tensor]] = {r: {} for r in active}
         at_forward: dict[int, list[Tensors]] = {r: [] for r in active}
         for mb in range(scenario.microbatches):
-            if broadcast and synced(scenario, mb):
+            if broadcast and buffers_broadcast(scenario, step, mb):
+                # Under Join torch broadcasts from the highest active rank (rank 0 may have
+                # joined with stale buffers: ``_find_common_rank``), else from rank 0.
+                source = max(active) if scenario.join is not None else active[0]
                 for r in active:
-                    rank_buffers[r] = _clone(rank_buffers[active[0]])
+                    rank_buffers[r] = _clone(rank_buffers[source])
             for r in active:
                 _load_buffers(model, rank_buffers[r])
                 at_forward[r].append(_clone(rank_buffers[r]))
@@ -109,8 +117,9 @@ def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> Or
                 rank_buffers[r] = _clone(dict(model.named_buffers()))
                 for name, p in params.items():
                     if p.grad is not None:
+                        g = dense(p.grad)
                         acc = local[r].get(name)
-                        local[r][name] = p.grad.clone() if acc is None else acc + p.grad
+                        local[r][name] = g if acc is None else acc + g
 
         # zero_grad at the start of the step, as every rank does.
         previous = {n: None if scenario.zero_grad_set_to_none or g is None else torch.zeros_like(g)
@@ -132,8 +141,10 @@ def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> Or
             prev = previous[name]
             grads[name] = total if prev is None else prev + total
         for name, p in params.items():
-            g = grads[name]
-            p.grad = None if g is None else g.clone()
+            expected = grads[name]
+            if expected is not None and _sparse_parameter(model, name):
+                expected = expected.to_sparse()
+            p.grad = None if expected is None else expected.clone()
         optimizer.step()
         record.steps.append(OracleStep(active, grads, _clone(params),
                                        {r: _clone(rank_buffers[r]) for r in active}, at_forward,
@@ -144,6 +155,13 @@ def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> Or
     record.final_params = _clone(params)
     record.final_buffers = _clone(rank_buffers[record.last_joiner])
     return record
+
+
+def _sparse_parameter(model: torch.nn.Module, name: str) -> bool:
+    """Whether ``name`` belongs to a sparse ``nn.Embedding`` (its optimizer step expects a
+    sparse gradient; the update is the same)."""
+    owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+    return isinstance(owner, torch.nn.Embedding) and owner.sparse
 
 
 def _load_buffers(model: torch.nn.Module, buffers: Tensors) -> None:

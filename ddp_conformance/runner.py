@@ -21,12 +21,15 @@ from .jobs import Job
 from .oracle import OracleRecord, run_oracle
 from .pool import Outcome, RankPool
 from .scenario import Scenario
+from .trace_checks import check_trace
 from .verdict import Result, Verdict, describe_exit
 
 #: Gloo's own collective timeout: longer than the scenario deadline, so that a hang is
 #: reported by the harness (with stacks) and not by the backend.
 COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
 REFERENCE = "reference"
+#: Candidates held to the strict profile always: torch's DDP and the reference.
+STRICT_CANDIDATES = frozenset({"torch", REFERENCE})
 
 
 @dataclass
@@ -40,6 +43,11 @@ class RunConfig:
     expectations: str | None = None
     #: Also compare every candidate with the reference DDP run on the same scenario.
     compare_with_reference: bool = True
+    #: Trace collectives at the process-group level and check them.
+    trace: bool = True
+    #: Enforce the strict profile (bucket layout equal to the reference's) for every
+    #: candidate, not only for torch and reference.
+    strict_profile: bool = False
 
 
 class Runner:
@@ -97,7 +105,7 @@ class Runner:
             if missing:
                 return self._result(scenario, spec, Verdict.NA, missing)
         job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
-                  seed=scenario.seed, scenario=scenario, candidate=spec)
+                  seed=scenario.seed, scenario=scenario, candidate=spec, trace=self.config.trace)
         outcome = self.pool.run(job, self.config.timeout_s)
         if outcome.status != "done":
             return self._failed_run(scenario, spec, outcome)
@@ -107,12 +115,17 @@ class Runner:
             return self._result(scenario, spec, Verdict.NA, "; ".join(sorted(na)))
         oracle = self.oracle(scenario)
         evidence = check_run(scenario, records, oracle)
-        reference = self.reference_records(scenario, spec)
+        reference = None if scenario.expect_error else self.reference_records(scenario, spec)
         if reference is not None:
             check_reference(evidence, scenario, records, reference, oracle)
+        if self.config.trace:
+            strict = self.config.strict_profile or spec in STRICT_CANDIDATES
+            check_trace(evidence, scenario, records, oracle.reduced_numel, reference, strict)
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
-        result.failures, result.figures, result.checks_run = (
-            evidence.failures, evidence.figures, evidence.checks)
+        result.failures, result.figures, result.checks_run, result.notes = (
+            evidence.failures, evidence.figures, evidence.checks, evidence.notes)
+        if scenario.id in self.reference_notes:
+            result.notes.append(self.reference_notes[scenario.id])
         return result
 
     def reference_records(self, scenario: Scenario, spec: str) -> dict[int, RankRecord] | None:
@@ -125,7 +138,8 @@ class Runner:
             return None
         if scenario.id not in self._references:
             job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
-                      seed=scenario.seed, scenario=scenario, candidate=REFERENCE)
+                      seed=scenario.seed, scenario=scenario, candidate=REFERENCE,
+                      trace=self.config.trace)
             out = self.pool.run(job, self.config.timeout_s)
             records: dict[int, RankRecord] | None = out.results if out.status == "done" else None
             if records is not None and any(r.not_applicable for r in records.values()):

@@ -19,6 +19,7 @@ class Capability(str, enum.Enum):
     NO_SYNC = "no_sync"
     JOIN = "join"
     COMM_HOOK = "comm_hook"
+    SYNC_STRATEGY = "sync_strategy"
 
     @staticmethod
     def option(name: str) -> str:
@@ -82,6 +83,25 @@ class Scenario:
     exact: bool = False
     seed: int = 1234
     min_world_size: int = 1
+    #: Check that each synced backward reduces every gradient element once (off for
+    #: compressing comm hooks such as PowerSGD, and for sparse gradients).
+    trace_volume: bool = True
+    #: Composer's gradient-accumulation strategy driving the microbatches
+    #: (``single_auto_sync``, ``multi_auto_sync``, ``forced_sync``), instead of ``accumulate``.
+    sync_strategy: str | None = None
+    #: A torch comm hook registered after wrapping: ``allreduce``, ``fp16_compress``,
+    #: ``powersgd``.
+    comm_hook: str | None = None
+    #: Tolerance override (norm-wise rtol) where the scenario changes the arithmetic, with
+    #: the argument written next to the scenario.
+    rtol: float | None = None
+    #: Compare with the oracle after a rank has joined (off only where the procedure
+    #: legitimately leaves the single-process trajectory then, said next to the scenario;
+    #: the reference and replica checks still apply).
+    oracle_after_join: bool = True
+    #: The error every rank must raise (a regular expression on "Type: message"); the
+    #: checks then require it on every rank and compare only the steps before it.
+    expect_error: str | None = None
 
     @property
     def needs(self) -> frozenset[str]:
@@ -90,6 +110,10 @@ class Scenario:
             needs.add(Capability.NO_SYNC.value)
         if self.join is not None:
             needs.add(Capability.JOIN.value)
+        if self.sync_strategy is not None:
+            needs.add(Capability.SYNC_STRATEGY.value)
+        if self.comm_hook is not None:
+            needs.add(Capability.COMM_HOOK.value)
         return frozenset(needs)
 
     def steps_for(self, rank: int) -> int:

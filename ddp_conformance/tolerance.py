@@ -48,6 +48,23 @@ def rtol_for(dtype: torch.dtype, exact: bool) -> float:
     return RTOL.get(dtype, 1e-5)
 
 
+@dataclass(frozen=True)
+class Policy:
+    """A scenario's tolerance policy: bitwise (exact-valued), a scenario override (a comm
+    hook that changes the arithmetic, argued next to the scenario), or the dtype's rtol."""
+
+    exact: bool = False
+    override: float | None = None
+
+    def rtol(self, dtype: torch.dtype) -> float:
+        if self.exact or not dtype.is_floating_point:
+            return 0.0
+        return self.override if self.override is not None else rtol_for(dtype, False)
+
+
+BITWISE = Policy(exact=True)
+
+
 @dataclass
 class Distance:
     max_abs: float

@@ -62,6 +62,8 @@ class CheckFailure:
     step: int | None = None
     rank: int | None = None
     name: str | None = None
+    #: Longer evidence shown verbatim (e.g. two collective sequences side by side).
+    detail: str = ""
 
 
 @dataclass
@@ -83,6 +85,8 @@ class Result:
     exit_codes: dict[int, int] = field(default_factory=dict)
     expectation: str | None = None
     checks_run: list[str] = field(default_factory=list)
+    #: Findings that fail nothing (checks outside the candidate's profile, skipped comparisons).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def case_id(self) -> str:

@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .jobs import Job, receive, send, was_released
+from .trace import traced_backend
 
 
 def _resolve_function(ref: str) -> Callable[..., Any]:
@@ -85,8 +86,9 @@ class Worker:
         self._reset(job.seed)
         failure: str | None = None
         try:
+            backend = traced_backend(self.backend) if job.trace else self.backend
             dist.init_process_group(
-                self.backend, store=dist.PrefixStore(job.store_prefix, self.store),
+                backend, store=dist.PrefixStore(job.store_prefix, self.store),
                 rank=self.rank, world_size=self.world_size,
                 timeout=timedelta(seconds=job.collective_timeout_s))
             result = self._run(job)

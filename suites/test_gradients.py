@@ -1,12 +1,25 @@
-"""Gradients: the synced gradients are the average of the ranks' local gradients."""
-from ddp_conformance.scenario import Scenario
+"""Gradients: the synced gradients are the average of the ranks' local gradients.
+
+The exact-valued scenarios (nccl-tests style) use data whose every sum is exact in any
+order, so a correct DDP equals the oracle bitwise at any world size.
+"""
+from ddp_conformance.scenario import Accumulate, Scenario
 
 SCENARIOS = [
+    Scenario("gradients/mlp-sgd", "mlp", steps=4,
+             description="MLP, plain SGD: every step's gradients and parameters"),
     Scenario("gradients/mlp-sgd-momentum", "mlp", optimizer="sgd_momentum", steps=4,
-             description="MLP, SGD with momentum 0.9: every step's gradients and parameters"),
+             description="MLP, SGD with momentum 0.9"),
     Scenario("gradients/mlp-adam", "mlp", optimizer="adam", lr=0.01, steps=4,
-             description="MLP, Adam: every step's gradients and parameters"),
+             description="MLP, Adam"),
     Scenario("gradients/exact-dyadic", "dyadic", exact=True, lr=0.0625, steps=3, batch_size=8,
              description="dyadic data and weights: every sum exact in any order, so the "
                          "candidate must equal the oracle bitwise"),
+    Scenario("gradients/exact-dyadic-microbatches", "dyadic", exact=True, lr=0.0625, steps=3,
+             batch_size=4, microbatches=2, accumulate=Accumulate.NO_SYNC,
+             description="exact-valued, two microbatches accumulated under no_sync"),
+    Scenario("gradients/exact-fp16-near-range", "fp16_overflow", exact=True, lr=2.0**-16,
+             steps=2, batch_size=4, min_world_size=2,
+             description="float16 gradients whose sum over ranks exceeds 65504: DDP divides "
+                         "before summing, so the mean is exact; dividing after overflows"),
 ]

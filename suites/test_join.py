@@ -1,4 +1,4 @@
-"""Join: uneven inputs, shadowed collectives, divisor, final model sync."""
+"""Join: uneven inputs, shadowed collectives, divisor, final model sync, early termination."""
 from ddp_conformance.scenario import JoinSpec, Scenario
 
 SCENARIOS = [
@@ -8,4 +8,24 @@ SCENARIOS = [
     Scenario("join/uneven-divide-by-active", "mlp", steps=4, min_world_size=2,
              join=JoinSpec(divide_by_initial_world_size=False),
              description="rank r runs 4 - r steps; gradients divided by the active ranks"),
+    Scenario("join/uneven-buffers", "conv_bn", steps=3, min_world_size=2, join=JoinSpec(),
+             description="joined ranks shadow the buffer broadcast; final buffers from the "
+                         "last joiner"),
+    Scenario("join/uneven-tiny-cap", "mlp", steps=4, min_world_size=2, join=JoinSpec(),
+             ddp_options={"bucket_cap_mb": 0.001},
+             description="one zero allreduce per bucket shadowed on joined ranks"),
+    # A joined rank's ZeRO hook still steps its shard of the parameters, with the last
+    # gradient it holds (torch's _ZeROJoinHook), so once a rank has joined the training
+    # leaves the single-process trajectory by design: the oracle is compared while every
+    # rank is active; after that the reference DDP running the same ZeRO, and the ranks
+    # against each other (bitwise).
+    Scenario("join/zero-redundancy-optimizer", "mlp", steps=4, min_world_size=2,
+             optimizer="zero_sgd", join=JoinSpec(), oracle_after_join=False,
+             description="ZeroRedundancyOptimizer joined with DDP"),
+    Scenario("join/throw-on-early-termination", "mlp", steps=4, min_world_size=2,
+             join=JoinSpec(throw_on_early_termination=True),
+             # The rank that ran out says so; the others learn it at their next forward.
+             expect_error=r"RuntimeError: (Rank \d+ exhausted all inputs|Detected at least "
+                          r"one rank that exhausted inputs)",
+             description="every rank raises once one rank runs out of inputs"),
 ]

@@ -5,4 +5,11 @@ SCENARIOS = [
     Scenario("no-sync/window-of-3", "mlp", microbatches=3, accumulate=Accumulate.NO_SYNC,
              optimizer="sgd_momentum",
              description="two microbatches inside no_sync, the third synced, per step"),
+    Scenario("no-sync/window-of-2-tiny-cap", "mlp", microbatches=2,
+             accumulate=Accumulate.NO_SYNC, optimizer="adam", lr=0.01,
+             ddp_options={"bucket_cap_mb": 0.001},
+             description="no_sync with several buckets"),
+    Scenario("no-sync/every-microbatch-synced", "mlp", microbatches=3,
+             accumulate=Accumulate.SYNC_EACH,
+             description="three synced backwards per step: reduced gradients accumulate"),
 ]

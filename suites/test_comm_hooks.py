@@ -1,0 +1,20 @@
+"""Comm hooks: torch's built-in hooks registered on the candidate."""
+from ddp_conformance.scenario import Scenario
+
+SCENARIOS = [
+    Scenario("comm-hooks/allreduce", "mlp", comm_hook="allreduce",
+             description="torch's allreduce_hook: the same result as no hook"),
+    # fp16_compress_hook casts each bucket to float16 (u = 2**-11), sums in float16 and
+    # casts back: at most (W + 1) roundings of u relative to the summed magnitude, 2.4e-3 for
+    # W = 4; parameters move by lr times that. 4e-3 (8 u) bounds it; float32 arithmetic is
+    # still checked elsewhere with 1e-5.
+    Scenario("comm-hooks/fp16-compress", "mlp", comm_hook="fp16_compress", rtol=4e-3,
+             description="fp16_compress_hook: a float16 reduction, float16 tolerance"),
+    # PowerSGD with rank >= the smaller side of every matrix and compression forced on
+    # all of them approximates each gradient by P Q^T spanning it exactly: the error is
+    # rounding in the orthogonalisation and the two allreduces (a few hundred u on these
+    # 16-wide matrices), so 1e-4; a wrong low-rank result is off by O(1).
+    Scenario("comm-hooks/powersgd-full-rank", "mlp", comm_hook="powersgd", steps=4,
+             rtol=1e-4, trace_volume=False,
+             description="PowerSGD after two vanilla steps, rank covering every matrix"),
+]

@@ -1,0 +1,16 @@
+"""Errors DDP must raise, on every rank, without hanging."""
+from ddp_conformance.scenario import Scenario
+
+SCENARIOS = [
+    # torch's find_unused_parameters traverses the graph from every output tensor, so a
+    # returned output left out of the loss counts as used and its gradient never comes:
+    # the next iteration raises, naming the parameters (torch documents this limitation).
+    Scenario("errors/output-left-out-of-loss", "nested_outputs_aux_left_out", steps=3,
+             ddp_options={"find_unused_parameters": True},
+             expect_error=r"Expected to have finished reduction in the prior iteration",
+             description="an output left out of the loss with find_unused_parameters"),
+    Scenario("errors/unused-without-find-unused", "unused_always_and_alternate", steps=3,
+             expect_error=r"Expected to have finished reduction in the prior iteration",
+             description="a parameter unused without find_unused_parameters: the next "
+                         "iteration raises, naming it"),
+]
