@@ -94,13 +94,14 @@ class Evidence:
             self.compare(check, step, rank, name, actual[name], expected[name], rtol, against)
 
 
-def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: OracleRecord) -> Evidence:
+def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: OracleRecord,
+              ev: Evidence | None = None) -> Evidence:
     """Run every check on the per-rank records of one scenario against the oracle.
 
     A scenario that expects an error checks that error only (and, elsewhere, the trace):
     the iteration that fails is by definition not a DDP step.
     """
-    ev = Evidence()
+    ev = ev if ev is not None else Evidence()
     if scenario.expect_error is not None:
         _check_expected_error(ev, scenario.expect_error, records)
         return ev

@@ -15,9 +15,11 @@ from tabulate import tabulate
 
 from .catalog import keyword_matcher, load_catalog
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PoolError, UsageError
+from .pool import RankPool
 from .results import ResultsWriter, count_verdicts, run_info
 from .runner import RunConfig, Runner
 from .scenario import Scenario
+from .stability import Stability
 from .verdict import Result, Verdict
 
 DEFAULT_REPORT_DIR = "reports"
@@ -49,7 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where results.jsonl, summary.md and junit.xml go (default reports/)")
     run.add_argument("--expectations", metavar="FILE",
                      help="known deviations: scenario-id patterns with reasons")
+    run.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="run everything N times; report flaky cases and rank memory growth")
+    run.add_argument("--strict-profile", action="store_true",
+                     help="hold every candidate to torch's bucket layout (trace.buckets)")
+    run.add_argument("--no-trace", action="store_true",
+                     help="plain process groups: no collective trace or trace checks")
     sub.add_parser("list", help="list the catalog with what each scenario needs")
+    from .report.commands import add_subcommands  # report, bench
+
+    add_subcommands(sub)
     return parser
 
 
@@ -58,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return list_catalog(sys.stdout)
+        if args.command in ("report", "bench"):
+            return int(args.handler(args, sys.stdout))
         return run(args, sys.stdout)
     except UsageError as exc:
         print(f"ddp-conformance: error: {exc}", file=sys.stderr)
@@ -72,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def list_catalog(out: TextIO) -> int:
     rows = [[s.id, s.model, ", ".join(sorted(s.needs)) or "-",
-             f">= {s.min_world_size}" if s.min_world_size > 1 else "any", s.description]
+             " or ".join(map(str, s.world_sizes)) if s.world_sizes
+             else f">= {s.min_world_size}" if s.min_world_size > 1 else "any", s.description]
             for s in load_catalog()]
     out.write(tabulate(rows, ["scenario", "model", "needs", "world size", "description"],
                        tablefmt="simple", maxcolwidths=[None, None, 30, None, 60]) + "\n")
@@ -88,10 +102,18 @@ def select_cases(scenarios: list[Scenario], candidates: list[str],
 def run(args: argparse.Namespace, out: TextIO) -> int:
     config = RunConfig(candidates=args.candidate or ["torch"], backend=args.backend,
                        device=args.device, world_size=args.world_size, timeout_s=args.timeout,
-                       pool=args.pool, expectations=args.expectations)
+                       pool=args.pool, expectations=args.expectations,
+                       strict_profile=args.strict_profile, trace=not args.no_trace)
     if config.timeout_s <= 0:
         raise UsageError(f"--timeout must be positive, got {config.timeout_s:g}")
-    with Runner(config) as runner:
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, got {args.repeat}")
+    from .torchrun import torchrun_pool
+
+    pool = torchrun_pool(config)  # under torchrun: the leader's pool, or a follower's exit code
+    if isinstance(pool, int):
+        return pool
+    with Runner(config, pool=pool) as runner:
         cases = select_cases(load_catalog(), config.candidates, args.keyword)
         if not cases:
             raise UsageError(f"no scenario matches -k {args.keyword!r}")
@@ -107,27 +129,47 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"started {config.world_size} rank processes in "
                       f"{time.monotonic() - started:.1f}s\n")
         results: list[Result] = []
+        stability = Stability(args.repeat)
         try:
-            for i, (scenario, spec) in enumerate(cases, 1):
-                result = runner.run_case(scenario, spec)
-                results.append(result)
-                writer.add(result)
-                out.write(progress_line(i, len(cases), result) + "\n")
-                out.flush()
+            for repeat in range(args.repeat):
+                if args.repeat > 1:
+                    out.write(f"--- repeat {repeat + 1}/{args.repeat}\n")
+                for i, (scenario, spec) in enumerate(cases, 1):
+                    result = runner.run_case(scenario, spec)
+                    result.repeat = repeat
+                    results.append(result)
+                    stability.add(result)
+                    writer.add(result)
+                    out.write(progress_line(i, len(cases), result) + "\n")
+                    out.flush()
+                if args.repeat > 1 and isinstance(runner.pool, RankPool):
+                    stability.add_memory(dict(enumerate(
+                        runner.pool.call("ddp_conformance.stability:rank_memory"))))
         finally:
             notes = [f"expectation {e.pattern!r} ({e.path}:{e.line}) matched "
                      "no case" for e in runner.expectations.stale()] if len(results) == len(cases) else []
             notes += [f"{sid}: not compared with the reference DDP ({why})"
                       for sid, why in runner.reference_notes.items()]
+            unstable = stability.flaky()
+            grown = stability.growth()
+            notes += [f"flaky: {case}: {what}" for case, what in unstable.items()]
+            notes += [f"memory growth: rank {rank}: {what}" for rank, what in grown.items()]
             writer.close(notes)
     for note in notes:
         out.write(f"warning: {note}\n")
-    out.write(summary_table(results) + "\n")
+    if args.repeat > 1:
+        out.write(f"stability over {args.repeat} repeats: {len(unstable)} flaky case(s); rank "
+                  "memory, resident / peak MiB after each repeat:\n")
+        out.write(tabulate(stability.memory_rows(),
+                           ["repeat", *(f"rank {r}" for r in range(config.world_size))],
+                           tablefmt="simple") + "\n")
+    out.write(summary_table(results[-len(cases):]) + "\n")
     counts = count_verdicts(results)
     out.write(", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
               + f" in {time.monotonic() - started:.1f}s; reports in "
               f"{os.path.abspath(args.report_dir)}\n")
-    return EXIT_FAILED if any(r.verdict.unexpected for r in results) else EXIT_OK
+    unexpected = any(r.verdict.unexpected for r in results)
+    return EXIT_FAILED if unexpected or unstable or grown else EXIT_OK
 
 
 def progress_line(i: int, total: int, result: Result) -> str:

@@ -44,6 +44,8 @@ class RankRecord:
     final_buffers: Tensors = field(default_factory=dict)
     #: "Type: message" of the error this rank raised where the scenario expects one.
     raised: str = ""
+    #: The rank is in none of the scenario's process groups: it trained nothing.
+    idle: bool = False
     #: Every collective this rank issued, with the phase it was issued in.
     trace: list[Collective] = field(default_factory=list)
 
@@ -65,15 +67,31 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
         scenario, candidate.capabilities | _unknowable(candidate))
     if static_missing:
         return RankRecord(rank, not_applicable=static_missing)
-    module = build_module(scenario, rank, device)
     TRACER.take()
     TRACER.phase("wrap")
-    adapter = candidate.wrap(module, process_group, device, **scenario.ddp_options)
+    group_ranks = list(range(world_size))
+    if scenario.groups is not None:
+        process_group, group_ranks = _join_groups(scenario.groups, rank)
+        if process_group is None:
+            return RankRecord(rank, idle=True, trace=TRACER.take())
+    group_rank, group_size = group_ranks.index(rank), len(group_ranks)
+    module = build_module(scenario, rank, device)
+    try:
+        adapter = candidate.wrap(module, process_group, device, **scenario.ddp_options)
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
+        if scenario.expect_error is None:
+            raise
+        return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
     na = missing_capabilities(scenario, adapter.capabilities)
     if na:
         return RankRecord(rank, not_applicable=na)
-    if scenario.comm_hook:
-        adapter.register_comm_hook(*make_comm_hook(scenario.comm_hook, process_group))
+    try:
+        for _ in range(scenario.comm_hook_registrations if scenario.comm_hook else 0):
+            adapter.register_comm_hook(*make_comm_hook(scenario.comm_hook or "", process_group))
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
+        if scenario.expect_error is None:
+            raise
+        return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
 
     TRACER.phase("record")
     record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
@@ -84,10 +102,10 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
     join = (adapter.join(divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
                          throw_on_early_termination=scenario.join.throw_on_early_termination)
             if scenario.join else contextlib.nullcontext())
-    steps = scenario.steps_for(rank)
+    steps = scenario.steps_for(group_rank)
     try:
         with join:
-            _train(scenario, adapter, record, steps, at_forward, rank, world_size, device)
+            _train(scenario, adapter, record, steps, at_forward, rank, group_size, device)
             TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
         if scenario.expect_error is None:
@@ -102,9 +120,25 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
     return record
 
 
+def _join_groups(groups: tuple[tuple[int, ...], ...], rank: int) -> tuple[Any, list[int]]:
+    """Create every group on every rank (``new_group`` is collective); return this rank's."""
+    import torch.distributed as dist
+
+    mine: Any = None
+    ranks: list[int] = []
+    for members in groups:
+        group = dist.new_group(list(members))
+        if rank in members:
+            mine, ranks = group, list(members)
+    return mine, ranks
+
+
 def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
            at_forward: list[Tensors], rank: int, world_size: int, device: torch.device) -> None:
-    """The training loop: per step, zero_grad, the microbatches, record, optimizer step."""
+    """The training loop: per step, zero_grad, the microbatches, record, optimizer step.
+
+    ``world_size`` is the DDP group's size (what the data is scaled by for exactness).
+    """
     loss_fn = get_model(scenario.model).loss
     last = scenario.microbatches - 1
     for step in range(steps):

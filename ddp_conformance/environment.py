@@ -10,10 +10,13 @@ BACKENDS = ("gloo", "nccl")
 DEVICES = ("cpu", "cuda")
 
 
-def validate(backend: str, device: str, world_size: int) -> str:
+def validate(backend: str, device: str, world_size: int,
+             local_world_size: int | None = None) -> str:
     """Raise :class:`UsageError` unless ``world_size`` ranks can run here; return the device.
 
-    ``--backend nccl`` puts rank r on ``cuda:r`` and so needs one GPU per rank; Gloo with
+    ``--backend nccl`` puts rank r on ``cuda:r`` (``cuda:LOCAL_RANK`` under torchrun) and
+    so needs one GPU per rank *on this machine*: ``local_world_size`` of them under
+    torchrun (``LOCAL_WORLD_SIZE``), all ``world_size`` otherwise. Gloo with
     ``--device cuda`` lets ranks share one GPU.
     """
     if world_size < 1:
@@ -31,8 +34,10 @@ def validate(backend: str, device: str, world_size: int) -> str:
                              f"(torch {torch.__version__}, CUDA available: "
                              f"{torch.cuda.is_available()})")
         gpus = torch.cuda.device_count()
-        if gpus < world_size:
-            raise UsageError(f"backend nccl needs one GPU per rank: {world_size} ranks, "
+        local = world_size if local_world_size is None else local_world_size
+        if gpus < local:
+            where = "" if local_world_size is None else " on this node"
+            raise UsageError(f"backend nccl needs one GPU per rank: {local} ranks{where}, "
                              f"{gpus} GPU(s) visible")
     elif not dist.is_gloo_available():
         raise UsageError("backend gloo is not available in this torch build")

@@ -26,6 +26,8 @@ class ModelSpec:
     batch: Callable[[torch.Generator, int, int, int, int], Batch]
     loss: Callable[[Any, Tensor], Tensor]
     description: str = ""
+    #: ``build`` takes the building rank (a model that differs per rank on purpose).
+    rank_aware: bool = False
 
 
 MODELS: dict[str, ModelSpec] = {}
@@ -392,3 +394,18 @@ def _fp16_overflow_batch(gen: torch.Generator, size: int, rank: int, world_size:
 
 register(ModelSpec("fp16_overflow", build_fp16_overflow, _fp16_overflow_batch, dot,
                    "float16 gradients whose sum over ranks overflows float16"))
+
+
+# --- a model that differs between ranks (DDP must refuse it) -------------------------------
+
+
+def build_mismatched(rank: int) -> nn.Module:
+    """Rank 1 builds an extra layer: DDP's init must raise on every rank, not hang."""
+    layers: list[nn.Module] = [nn.Linear(8, 4)]
+    if rank == 1:
+        layers.append(nn.Linear(4, 4))
+    return nn.Sequential(*layers)
+
+
+register(ModelSpec("mismatched_by_rank", build_mismatched, _normal_batch((8,), 4), mse,
+                   "rank 1 has an extra layer", rank_aware=True))

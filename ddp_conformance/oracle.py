@@ -57,15 +57,19 @@ class OracleRecord:
     last_joiner: int = 0
     #: Elements of the parameters that require gradients: what a synced backward reduces.
     reduced_numel: int = 0
+    #: Their dtypes ("float32", ...): what DDP reduces in, absent a comm hook.
+    grad_dtypes: frozenset[str] = frozenset()
 
 
 def _clone(tensors: Mapping[str, Tensor]) -> Tensors:
     return {n: t.detach().clone() for n, t in tensors.items()}
 
 
-def run_oracle(scenario: Scenario, world_size: int, device: torch.device,
+def run_oracle(scenario: Scenario, ranks: int | list[int], device: torch.device,
                threads: int | None = None) -> OracleRecord:
-    """The oracle's record; ``threads`` should be the ranks' intra-op thread count.
+    """The oracle's record for the DDP group of global ``ranks`` (an int: ``range(n)``).
+
+    ``threads`` should be the ranks' intra-op thread count.
 
     With the same thread count CPU kernels partition their reductions the same way, so the
     oracle's local gradients equal the ranks' bitwise and only DDP's reduction differs.
@@ -74,29 +78,34 @@ def run_oracle(scenario: Scenario, world_size: int, device: torch.device,
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _run_oracle(scenario, world_size, device)
+        group = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
+        return _run_oracle(scenario, group, device)
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> OracleRecord:
+def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> OracleRecord:
     spec = get_model(scenario.model)
-    model = build_module(scenario, 0, device)
+    world_size = len(ranks)
+    model = build_module(scenario, ranks[0], device)
     broadcast = scenario.broadcasts_buffers()
     # Without broadcast_buffers DDP's init sync leaves each rank's own initial buffers.
     rank_buffers = {
         r: _clone(dict(model.named_buffers())) if broadcast or scenario.init == "same"
         else _clone(dict(build_module(scenario, r, device).named_buffers()))
-        for r in range(world_size)
+        for r in ranks
     }
     params = dict(model.named_parameters())
     record = OracleRecord(_clone(params), {r: _clone(b) for r, b in rank_buffers.items()},
-                          reduced_numel=sum(p.numel() for p in params.values() if p.requires_grad))
+                          reduced_numel=sum(p.numel() for p in params.values() if p.requires_grad),
+                          grad_dtypes=frozenset(str(p.dtype).removeprefix("torch.")
+                                                for p in params.values() if p.requires_grad))
     optimizer = make_optimizer(scenario, model.parameters(), distributed=False)
-    steps = [scenario.steps_for(r) for r in range(world_size)]
+    # Join's uneven inputs are by position in the group (group rank), data by global rank.
+    steps = {r: scenario.steps_for(i) for i, r in enumerate(ranks)}
 
-    for step in range(max(steps)):
-        active = [r for r in range(world_size) if step < steps[r]]
+    for step in range(max(steps.values())):
+        active = [r for r in ranks if step < steps[r]]
         divide_by_all = scenario.join is None or scenario.join.divide_by_initial_world_size
         divisor = world_size if divide_by_all else len(active)
         local: dict[int, dict[str, Tensor]] = {r: {} for r in active}
@@ -151,7 +160,7 @@ def _run_oracle(scenario: Scenario, world_size: int, device: torch.device) -> Or
                                        scales))
 
     # Join's post hook syncs the final model from the highest-ranked last joiner.
-    record.last_joiner = max(r for r in range(world_size) if steps[r] == max(steps))
+    record.last_joiner = max(r for r in ranks if steps[r] == max(steps.values()))
     record.final_params = _clone(params)
     record.final_buffers = _clone(rank_buffers[record.last_joiner])
     return record

@@ -39,7 +39,9 @@ def make_optimizer(scenario: Scenario, params: Iterable[nn.Parameter],
 def build_module(scenario: Scenario, rank: int, device: torch.device) -> nn.Module:
     """The model as ``rank`` builds it before wrapping (seeded by ``init_seed(rank)``)."""
     torch.manual_seed(scenario.init_seed(rank))
-    return get_model(scenario.model).build(**scenario.model_kwargs).to(device)
+    spec = get_model(scenario.model)
+    kwargs = dict(scenario.model_kwargs, rank=rank) if spec.rank_aware else scenario.model_kwargs
+    return spec.build(**kwargs).to(device)
 
 
 def batch(scenario: Scenario, rank: int, step: int, microbatch: int, world_size: int,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .candidate import Candidate, resolve_candidate
-from .checks import check_reference, check_run
+from .checks import Evidence, check_reference, check_run
 from .engine import RankRecord, missing_capabilities
 from .environment import validate
 from .expectations import Expectations
@@ -97,9 +97,9 @@ class Runner:
         if self.config.backend not in candidate.backends:
             return self._result(scenario, spec, Verdict.NA,
                                 f"candidate does not support backend {self.config.backend}")
-        if ws < scenario.min_world_size:
-            return self._result(scenario, spec, Verdict.NA,
-                                f"needs world size >= {scenario.min_world_size}")
+        unsupported = scenario.unsupported_world_size(ws)
+        if unsupported:
+            return self._result(scenario, spec, Verdict.NA, unsupported)
         if not candidate.late_capabilities:
             missing = missing_capabilities(scenario, candidate.capabilities)
             if missing:
@@ -113,14 +113,18 @@ class Runner:
         na = {r.not_applicable for r in records.values() if r.not_applicable}
         if na:
             return self._result(scenario, spec, Verdict.NA, "; ".join(sorted(na)))
-        oracle = self.oracle(scenario)
-        evidence = check_run(scenario, records, oracle)
+        evidence = Evidence()
         reference = None if scenario.expect_error else self.reference_records(scenario, spec)
-        if reference is not None:
-            check_reference(evidence, scenario, records, reference, oracle)
-        if self.config.trace:
-            strict = self.config.strict_profile or spec in STRICT_CANDIDATES
-            check_trace(evidence, scenario, records, oracle.reduced_numel, reference, strict)
+        strict = self.config.strict_profile or spec in STRICT_CANDIDATES
+        for group in scenario.groups_for(self.config.world_size):
+            mine = {r: records[r] for r in group}
+            theirs = {r: reference[r] for r in group} if reference is not None else None
+            oracle = self.oracle(scenario, group)
+            check_run(scenario, mine, oracle, evidence)
+            if theirs is not None:
+                check_reference(evidence, scenario, mine, theirs, oracle)
+            if self.config.trace:
+                check_trace(evidence, scenario, mine, oracle, theirs, strict)
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
         result.failures, result.figures, result.checks_run, result.notes = (
             evidence.failures, evidence.figures, evidence.checks, evidence.notes)
@@ -149,12 +153,13 @@ class Runner:
             self._references[scenario.id] = records
         return self._references[scenario.id]
 
-    def oracle(self, scenario: Scenario) -> OracleRecord:
-        if scenario.id not in self._oracles:
+    def oracle(self, scenario: Scenario, group: list[int]) -> OracleRecord:
+        """The oracle of ``scenario`` for one DDP group (computed once per run)."""
+        key = f"{scenario.id}@{','.join(map(str, group))}"
+        if key not in self._oracles:
             device = torch.device("cpu")  # the oracle's models are small; see SPEC.md
-            self._oracles[scenario.id] = run_oracle(scenario, self.config.world_size, device,
-                                                    self.pool.threads)
-        return self._oracles[scenario.id]
+            self._oracles[key] = run_oracle(scenario, group, device, self.pool.threads)
+        return self._oracles[key]
 
     def _failed_run(self, scenario: Scenario, spec: str, out: Outcome) -> Result:
         if out.status == "crash":

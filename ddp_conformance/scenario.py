@@ -83,6 +83,11 @@ class Scenario:
     exact: bool = False
     seed: int = 1234
     min_world_size: int = 1
+    #: Exact world sizes the scenario is defined for (process-group scenarios), if any.
+    world_sizes: tuple[int, ...] | None = None
+    #: DDP process groups as global rank lists, created with ``new_group`` on every rank;
+    #: each rank trains in the group holding it (idle if none). None: the world.
+    groups: tuple[tuple[int, ...], ...] | None = None
     #: Check that each synced backward reduces every gradient element once (off for
     #: compressing comm hooks such as PowerSGD, and for sparse gradients).
     trace_volume: bool = True
@@ -92,6 +97,8 @@ class Scenario:
     #: A torch comm hook registered after wrapping: ``allreduce``, ``fp16_compress``,
     #: ``powersgd``.
     comm_hook: str | None = None
+    #: How many times the comm hook is registered (2: DDP must refuse the second).
+    comm_hook_registrations: int = 1
     #: Tolerance override (norm-wise rtol) where the scenario changes the arithmetic, with
     #: the argument written next to the scenario.
     rtol: float | None = None
@@ -116,9 +123,21 @@ class Scenario:
             needs.add(Capability.COMM_HOOK.value)
         return frozenset(needs)
 
-    def steps_for(self, rank: int) -> int:
-        """How many optimizer steps ``rank`` runs (fewer on high ranks under Join)."""
-        return self.join.steps_for(rank, self.steps) if self.join else self.steps
+    def steps_for(self, group_rank: int) -> int:
+        """How many optimizer steps the group's rank runs (fewer on high ranks under Join)."""
+        return self.join.steps_for(group_rank, self.steps) if self.join else self.steps
+
+    def groups_for(self, world_size: int) -> list[list[int]]:
+        """The DDP groups (global ranks) at ``world_size``."""
+        return [list(g) for g in self.groups] if self.groups else [list(range(world_size))]
+
+    def unsupported_world_size(self, world_size: int) -> str:
+        """Why the scenario means nothing at ``world_size`` ('' if it does)."""
+        if self.world_sizes is not None and world_size not in self.world_sizes:
+            return f"defined for world size {' or '.join(map(str, self.world_sizes))}"
+        if world_size < self.min_world_size:
+            return f"needs world size >= {self.min_world_size}"
+        return ""
 
     def broadcasts_buffers(self) -> bool:
         return bool(self.ddp_options.get("broadcast_buffers", True))

@@ -15,6 +15,9 @@
   so up to ``group_size - 1`` extra elements per collective are allowed; twice the model,
   or part of it, is not. Scenarios whose comm hook compresses (PowerSGD) or whose
   gradients are sparse opt out (``Scenario.trace_volume``).
+- ``trace.dtype``: gradients are reduced in their own dtype (a float32 model's buckets
+  in float32: nothing silently downcast), or in the comm hook's wire dtype
+  (``fp16_compress``: float16). PowerSGD's factors are float32 too.
 - ``trace.consistent``: every rank of a group issued the same sequence of collectives
   (kind, dtype, element count, group size); the first difference is named with both
   sequences side by side. Mismatched collectives hang or corrupt real jobs.
@@ -29,6 +32,7 @@ from collections.abc import Iterable
 
 from .checks import Evidence
 from .engine import RankRecord
+from .oracle import OracleRecord
 from .procedure import buffers_broadcast, synced
 from .scenario import Scenario
 from .trace import REDUCING, Collective
@@ -38,12 +42,19 @@ FLOATING = frozenset({"float64", "float32", "float16", "bfloat16"})
 STEP_STAGES = frozenset({"forward", "backward"})
 
 
+#: The dtype a comm hook puts on the wire, when it is not the gradients' own.
+HOOK_WIRE_DTYPE = {"fp16_compress": "float16"}
+
+
 def check_trace(ev: Evidence, scenario: Scenario, records: dict[int, RankRecord],
-                reduced_numel: int, reference: dict[int, RankRecord] | None,
+                oracle: OracleRecord, reference: dict[int, RankRecord] | None,
                 enforce_buckets: bool) -> None:
     if scenario.expect_error is not None:
         _consistent(ev, records)  # the failing iteration is no DDP step: only agreement
         return
+    reduced_numel = oracle.reduced_numel
+    wire = HOOK_WIRE_DTYPE.get(scenario.comm_hook or "")
+    _dtypes(ev, records, frozenset({wire}) if wire else oracle.grad_dtypes)
     _no_sync(ev, scenario, records)
     if scenario.trace_volume:
         _reduced_once(ev, scenario, records, reduced_numel)
@@ -71,6 +82,19 @@ def _no_sync(ev: Evidence, scenario: Scenario, records: dict[int, RankRecord]) -
                     f"no_sync), rank {rank}: {c.describe()} issued in {c.stage}",
                     c.step, rank)
             break
+
+
+def _dtypes(ev: Evidence, records: dict[int, RankRecord], allowed: frozenset[str]) -> None:
+    ev.ran("trace.dtype")
+    for rank, rec in sorted(records.items()):
+        for c in rec.trace:
+            if c.stage == "backward" and c.kind in REDUCING and c.dtype in FLOATING \
+                    and c.dtype not in allowed:
+                ev.fail("trace.dtype", f"step {c.step}, microbatch {c.microbatch}, rank {rank}: "
+                        f"gradients reduced as {c.describe()}, expected "
+                        f"{' or '.join(sorted(allowed))} (precision silently changed)",
+                        c.step, rank)
+                break
 
 
 def gradient_elements(trace: Iterable[Collective]) -> dict[tuple[int, int], tuple[int, int]]:

@@ -87,6 +87,8 @@ class Result:
     checks_run: list[str] = field(default_factory=list)
     #: Findings that fail nothing (checks outside the candidate's profile, skipped comparisons).
     notes: list[str] = field(default_factory=list)
+    #: Which repeat of ``--repeat N`` produced it (0-based).
+    repeat: int = 0
 
     @property
     def case_id(self) -> str:

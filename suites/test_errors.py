@@ -2,6 +2,13 @@
 from ddp_conformance.scenario import Scenario
 
 SCENARIOS = [
+    Scenario("errors/comm-hook-registered-twice", "mlp", comm_hook="allreduce",
+             comm_hook_registrations=2, expect_error=r"can only be called once",
+             description="a second register_comm_hook raises on every rank"),
+    Scenario("errors/mismatched-models", "mismatched_by_rank", min_world_size=2,
+             expect_error=r"(?i)(same model across all ranks|mismatch|inconsistent)",
+             description="ranks built different models: the constructor raises on every "
+                         "rank, no hang"),
     # torch's find_unused_parameters traverses the graph from every output tensor, so a
     # returned output left out of the loss counts as used and its gradient never comes:
     # the next iteration raises, naming the parameters (torch documents this limitation).

@@ -3,12 +3,22 @@
 ``ADAPTERS`` maps a built-in candidate name (``--candidate NAME``) to a function returning
 its :class:`~ddp_conformance.candidate.Candidate`; the function raises
 :class:`~ddp_conformance.errors.UsageError` with one line when the package it needs is
-not installed.
+not installed. Each adapter module imports its package only inside that function, so
+listing the built-ins costs nothing. Shipped expectations files are in ``expectations/``.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ..candidate import Candidate
+from . import accelerate, fsdp, lightning, replicate, torch_python_reducer
 
-ADAPTERS: dict[str, Callable[[], Candidate]] = {}
+ADAPTERS: dict[str, Callable[[], Candidate]] = {
+    "torch-python-reducer": torch_python_reducer.candidate,
+    "replicate": replicate.candidate,
+    "fsdp-no-shard": fsdp.fsdp_no_shard,
+    "fsdp-full-shard": fsdp.fsdp_full_shard,
+    "fsdp2": fsdp.fsdp2,
+    "lightning": lightning.candidate,
+    "accelerate": accelerate.candidate,
+}

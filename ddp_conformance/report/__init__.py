@@ -1,0 +1,58 @@
+"""The report set: ``summary.md``, ``junit.xml``, ``report.html`` from a run's
+``results.jsonl`` (and the timing results ``bench.json``), and the regression comparison.
+
+``write_report_set(directory)`` re-renders everything from the files, so that
+``ddp-conformance report DIR`` gives the same files as the end of the run.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..verdict import Result
+from .load import BENCH_FILE, RESULTS_FILE, RunData, load_bench, load_results
+
+SUMMARY_FILE = "summary.md"
+JUNIT_FILE = "junit.xml"
+HTML_FILE = "report.html"
+
+__all__ = ["BENCH_FILE", "HTML_FILE", "JUNIT_FILE", "RESULTS_FILE", "SUMMARY_FILE", "RunData",
+           "load_bench", "load_results", "render", "write_report_set"]
+
+
+def render(directory: str, info: dict[str, Any] | None, results: list[Result], notes: list[str],
+           bench: dict[str, Any] | None = None, complete: bool = True) -> list[str]:
+    """Write the summaries of one run into ``directory``; return the paths written."""
+    from .html import render_html
+    from .junit import write_junit
+    from .markdown import markdown_summary
+
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    if info is not None or bench:
+        path = os.path.join(directory, SUMMARY_FILE)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(markdown_summary(info or {}, results, notes, bench))
+        written.append(path)
+    if info is not None:
+        path = os.path.join(directory, JUNIT_FILE)
+        write_junit(path, results)
+        written.append(path)
+    path = os.path.join(directory, HTML_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_html(info, results, notes, bench, complete))
+    written.append(path)
+    return written
+
+
+def write_report_set(directory: str) -> list[str]:
+    """Re-render the report set from ``DIR/results.jsonl`` and/or ``DIR/bench.json``."""
+    from ..errors import UsageError
+
+    has_results = os.path.exists(os.path.join(directory, RESULTS_FILE))
+    bench = load_bench(directory)
+    if not has_results and bench is None:
+        raise UsageError(f"{directory!r} holds neither {RESULTS_FILE} nor {BENCH_FILE}")
+    run = load_results(directory) if has_results else None
+    return render(directory, run.info if run else None, run.results if run else [],
+                  run.notes if run else [], bench, run.complete if run else True)

@@ -1,0 +1,127 @@
+"""Tables and figures shared by every renderer (Markdown, HTML, JUnit, compare)."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..verdict import Figure, Result, Verdict
+
+#: Verdict order in tables and counts, best first.
+VERDICT_ORDER = [v.value for v in (Verdict.PASS, Verdict.XFAIL, Verdict.XPASS, Verdict.NA,
+                                   Verdict.FAIL, Verdict.ERROR, Verdict.TIMEOUT, Verdict.CRASH)]
+
+
+def count_verdicts(results: Iterable[Result]) -> Counter[str]:
+    return Counter(r.verdict.value for r in results)
+
+
+def counts_line(counts: Counter[str] | dict[str, int]) -> str:
+    order = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)))
+
+
+def verdict_matrix(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    """Scenario x candidate table of verdicts."""
+    candidates = list(dict.fromkeys(r.candidate for r in results))
+    scenarios = list(dict.fromkeys(r.scenario for r in results))
+    cell = {(r.scenario, r.candidate): r.verdict.value for r in results}
+    rows = [[s, *(cell.get((s, c), "") for c in candidates)] for s in scenarios]
+    return ["scenario", *candidates], rows
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    """A float for a table: '0', '1.23e-05', 'nan', '-'."""
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    if x == 0:
+        return "0"
+    if 1e-3 <= abs(x) < 1e5:
+        return f"{x:.{digits}g}"
+    return f"{x:.{max(1, digits - 1)}e}"
+
+
+def against(check: str) -> str:
+    """Whom a check compares with: 'oracle', 'reference', 'replica', 'init', 'trace'."""
+    return check.split(".", 1)[0]
+
+
+@dataclass
+class Divergence:
+    """Where one check of one case first failed, and by how much (worst over all steps)."""
+
+    check: str
+    first_step: int | None
+    ranks: list[int]
+    names: list[str]
+    message: str
+    max_abs: float | None = None
+    max_rel: float | None = None
+    max_ulp: float | None = None
+    tolerance: float | None = None
+    failing_figures: int = 0
+    details: list[str] = field(default_factory=list)
+
+
+def divergences(result: Result) -> list[Divergence]:
+    """Per failed check: first step, ranks and parameters at that step, worst figures.
+
+    Figures give the numbers; failures without figures (``*.grad_none``, ``trace.*``,
+    shape or name mismatches) give the step, rank and name they carry.
+    """
+    out: list[Divergence] = []
+    checks = list(dict.fromkeys(f.check for f in result.failures))
+    for check in checks:
+        fails = [f for f in result.failures if f.check == check]
+        bad = [g for g in result.figures if g.check == check and not g.passed]
+        steps = [g.step for g in bad] + [f.step for f in fails if f.step is not None]
+        first = min(steps) if steps else None
+        at_first_fig = [g for g in bad if g.step == first]
+        at_first_fail = [f for f in fails if f.step == first]
+        ranks = sorted({g.rank for g in at_first_fig} | {f.rank for f in at_first_fail if f.rank is not None})
+        names = list(dict.fromkeys([g.name for g in at_first_fig]
+                                   + [f.name for f in at_first_fail if f.name]))
+        first_fail = at_first_fail[0] if at_first_fail else fails[0]
+        d = Divergence(check, first, ranks, names, first_fail.message, failing_figures=len(bad))
+        if bad:
+            d.max_abs = max(g.max_abs for g in bad)
+            d.max_rel = max(g.max_rel for g in bad)
+            d.max_ulp = max(g.max_ulp for g in bad)
+            d.tolerance = bad[0].tolerance
+        d.details = list(dict.fromkeys(g.detail for g in bad if g.detail))
+        d.details += [text for f in fails
+                      for text in (getattr(f, "detail", ""), f.message if "\n" in f.message else "") if text]
+        d.details = list(dict.fromkeys(d.details))
+        out.append(d)
+    return out
+
+
+def per_parameter(figures: list[Figure]) -> list[list[str]]:
+    """Per check and parameter, worst over steps and ranks: abs, rel, ULP, tolerance, status."""
+    groups: dict[tuple[str, str], list[Figure]] = {}
+    for g in figures:
+        groups.setdefault((g.check, g.name), []).append(g)
+    rows = []
+    for (check, name), gs in sorted(groups.items(), key=lambda kv: (against(kv[0][0]), kv[0])):
+        failed = sum(not g.passed for g in gs)
+        rows.append([check, name, fmt(max(g.max_abs for g in gs)), fmt(max(g.max_rel for g in gs)),
+                     fmt(max(g.max_ulp for g in gs), 4), fmt(gs[0].tolerance),
+                     "ok" if not failed else f"{failed}/{len(gs)} failed"])
+    return rows
+
+
+PER_PARAMETER_HEADER = ["check", "parameter", "max abs", "max rel", "max ULP", "tolerance (rtol)",
+                        "status"]
+DIVERGENCE_HEADER = ["check", "first step", "rank(s)", "parameter(s)", "max abs", "max rel",
+                     "max ULP", "tolerance (rtol)"]
+
+
+def divergence_row(d: Divergence, max_names: int = 4) -> list[str]:
+    names = ", ".join(d.names[:max_names]) + (f" (+{len(d.names) - max_names})"
+                                              if len(d.names) > max_names else "")
+    return [d.check, "init" if d.first_step == -1 else ("-" if d.first_step is None else str(d.first_step)),
+            ", ".join(map(str, d.ranks)) or "-", names or "-", fmt(d.max_abs), fmt(d.max_rel),
+            fmt(d.max_ulp, 4), "bitwise" if d.tolerance == 0 else fmt(d.tolerance)]

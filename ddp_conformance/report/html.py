@@ -1,0 +1,237 @@
+"""``report.html``: one self-contained file (inline CSS, plots as base64 PNG, no scripts,
+nothing fetched from the network)."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ..verdict import Result, Verdict, describe_exit
+from . import plots
+from .common import (
+    DIVERGENCE_HEADER,
+    PER_PARAMETER_HEADER,
+    count_verdicts,
+    divergence_row,
+    divergences,
+    per_parameter,
+    verdict_matrix,
+)
+from .markdown import git_line
+from .timing import (
+    BREAKDOWN_HEADER,
+    MODEL_HEADER,
+    PAPER_NOTES,
+    TIMING_HEADER,
+    breakdown_rows,
+    experiment_table,
+    model_info_rows,
+    observed,
+    timing_table,
+)
+
+COLOURS = {"PASS": "#2e7d32", "FAIL": "#c62828", "ERROR": "#ad1457", "TIMEOUT": "#ef6c00",
+           "CRASH": "#4a148c", "N/A": "#757575", "XFAIL": "#00838f", "XPASS": "#f9a825"}
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;
+ max-width:1700px}
+h1{font-size:22px;margin:0 0 8px}
+h2{font-size:18px;border-bottom:2px solid #ddd;padding-bottom:3px;margin-top:32px}
+h3{font-size:15px;margin:22px 0 6px} table{border-collapse:collapse;margin:8px 0}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f1f3f5} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.v{color:#fff;font-weight:600;text-align:center;white-space:nowrap} .v a{color:#fff;text-decoration:none}
+.badge{display:inline-block;color:#fff;border-radius:3px;padding:1px 8px;margin-right:6px;font-weight:600}
+pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
+.case{border-left:5px solid #ccc;padding-left:12px;margin:18px 0} .muted{color:#666}
+img{max-width:100%;border:1px solid #eee} details summary{cursor:pointer;color:#0b5394}
+.info td:first-child{font-weight:600;background:#fafafa}
+.note{background:#fffbe6;border:1px solid #f0e0a0;padding:8px 12px}
+"""
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def anchor(r: Result) -> str:
+    return "case-" + "".join(ch if ch.isalnum() else "-" for ch in r.case_id)
+
+
+def table(header: list[str], rows: list[list[str]], numeric_from: int | None = None,
+          cls: str = "") -> str:
+    out = [f'<table class="{cls}"><tr>' + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"]
+    for row in rows:
+        cells = []
+        for i, c in enumerate(row):
+            num = numeric_from is not None and i >= numeric_from
+            cells.append(f'<td class="num">{esc(c)}</td>' if num else f"<td>{esc(c)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return "\n".join(out) + "</table>"
+
+
+def img(png: str | None, alt: str) -> str:
+    return f'<p><img alt="{esc(alt)}" src="data:image/png;base64,{png}"></p>' if png else ""
+
+
+def badge(verdict: str, text: str | None = None) -> str:
+    colour = COLOURS.get(verdict, "#999")
+    return f'<span class="badge" style="background:{colour}">{esc(text or verdict)}</span>'
+
+
+def run_info_html(info: dict[str, Any]) -> str:
+    devices = f"{info.get('backend')} / {info.get('device')} {info.get('devices', '')}"
+    rows: list[tuple[str, Any]] = [
+            ("torch", info.get("torch")), ("python", info.get("python")), ("backend / device", devices),
+            ("world size", info.get("world_size")), ("CPUs", info.get("cpu_count")),
+            ("host / platform", f"{info.get('host')} / {info.get('platform')}"),
+            ("started", info.get("started"))]
+    if "project_git" in info:
+        rows.append(("ddp-conformance commit", git_line(info["project_git"])))
+    for c in info.get("candidates", []):
+        git = f"; git {git_line(c['git'])}" if "git" in c else ""
+        rows.append((f"candidate {c['name']}", f"{c.get('version') or '(no version)'} — "
+                     f"{c.get('description', '')}{git}"))
+    if info.get("argv"):
+        rows.append(("command", " ".join(map(str, info["argv"]))))
+    return table(["", ""], [[str(a), str(b)] for a, b in rows], cls="info")
+
+
+def matrix_html(results: list[Result]) -> str:
+    header, rows = verdict_matrix(results)
+    by_key = {(r.scenario, r.candidate): r for r in results}
+    out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"]
+    for row in rows:
+        cells = [f"<td>{esc(row[0])}</td>"]
+        for cand, v in zip(header[1:], row[1:], strict=True):
+            r = by_key.get((row[0], cand))
+            if r is None:
+                cells.append("<td></td>")
+                continue
+            label = esc(v) if v == "PASS" else f'<a href="#{anchor(r)}">{esc(v)}</a>'
+            title = esc(r.summary_line())
+            colour = COLOURS.get(v, "#999")
+            cells.append(f'<td class="v" style="background:{colour}" title="{title}">{label}</td>')
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return "\n".join(out) + "</table>"
+
+
+def case_html(r: Result) -> str:
+    colour = COLOURS.get(r.verdict.value, "#999")
+    parts = [f'<div class="case" id="{anchor(r)}" style="border-color:{colour}">',
+             f"<h3>{badge(r.verdict.value)}<code>{esc(r.case_id)}</code> "
+             f'<span class="muted">({r.duration_s:.2f}s)</span></h3>',
+             f"<p>{esc(r.summary_line())}</p>"]
+    if r.expectation:
+        parts.append(f"<p><b>Expected to fail:</b> {esc(r.expectation)}</p>")
+    divs = divergences(r)
+    if divs:
+        parts.append("<p>First divergence per check (worst error over all steps and ranks):</p>")
+        parts.append(table(DIVERGENCE_HEADER, [divergence_row(d, max_names=6) for d in divs], numeric_from=4))
+        for d in divs:
+            for detail in d.details[:3]:
+                parts.append(f"<p><code>{esc(d.check)}</code>:</p><pre>{esc(detail)}</pre>")
+        parts.append("<details><summary>every failure message</summary><pre>"
+                     + esc("\n".join(f.message for f in r.failures)) + "</pre></details>")
+    if r.verdict in (Verdict.FAIL, Verdict.XFAIL, Verdict.XPASS):
+        parts.append(img(plots.error_per_step(r), f"error per step of {r.case_id}"))
+    for rank, code in sorted(r.exit_codes.items()):
+        parts.append(f"<p><b>rank {rank}</b> ended with {esc(describe_exit(code))}</p>")
+    for kind, texts in (("traceback", r.tracebacks), ("stack", r.stacks)):
+        for rank, text in sorted(texts.items()):
+            parts.append(f"<p><b>rank {rank} {kind}</b>:</p><pre>{esc(text.rstrip())}</pre>")
+    for note in getattr(r, "notes", []):
+        parts.append(f'<p class="muted">note: {esc(note)}</p>')
+    if r.figures:
+        parts.append("<details><summary>per-parameter error figures (worst over steps and ranks)"
+                     "</summary>" + table(PER_PARAMETER_HEADER, per_parameter(r.figures), numeric_from=2)
+                     + "</details>")
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def timing_html(bench: dict[str, Any]) -> str:
+    parts = ['<h2 id="timing">Timing</h2>']
+    timing = bench.get("timing")
+    if timing:
+        info, cfg = timing.get("info", {}), timing.get("config", {})
+        parts.append(
+            f"<p>{esc(info.get('world_size'))} ranks, Gloo on CPU, {esc(info.get('threads', 1))} intra-op "
+            f"thread(s) per rank, {esc(info.get('cpu_count'))} CPUs, torch {esc(info.get('torch'))}; "
+            f"candidates interleaved, {esc(cfg.get('rounds'))} rounds x {esc(cfg.get('steps'))} timed "
+            f"steps each after {esc(cfg.get('warmup'))} warm-up steps; commit "
+            f"{esc(str(info.get('commit', '?'))[:12])}{' (dirty)' if info.get('dirty') else ''}; "
+            f"{esc(info.get('started', ''))}. Step time is rank 0's (ranks are held in step by the "
+            "collectives); the ratio's spread is the IQR of per-round ratios to torch DDP. busbw = "
+            "algbw x 2(n-1)/n; the gradient communication's time is the union of its allreduces' "
+            "launch-to-completion intervals. Overlap: share of gradient allreduces launched / completed "
+            "before backward's last gradient-accumulation hook fired.</p>")
+        parts.append(table(MODEL_HEADER, model_info_rows(bench), numeric_from=2))
+        parts.append(table(TIMING_HEADER, timing_table(bench), numeric_from=2))
+        parts.append(img(plots.step_times(bench), "step times"))
+        parts.append(img(plots.bandwidth(bench), "bus bandwidth"))
+    experiments = bench.get("experiments") or {}
+    if experiments:
+        parts.append('<h2 id="paper">The DDP paper\'s experiments on this backend</h2>')
+        parts.append("<p>Li et al., <i>PyTorch Distributed: Experiences on Accelerating Data Parallel "
+                     "Training</i>, VLDB 2020; here on Gloo over loopback, CPU ranks.</p>")
+    for name, exp in experiments.items():
+        info = exp.get("info", {})
+        parts.append(f"<h3>{esc(name)}</h3><p class='muted'>command: <code>{esc(exp.get('command', ''))}"
+                     f"</code>; commit {esc(str(info.get('commit', '?'))[:12])}"
+                     f"{' (dirty)' if info.get('dirty') else ''}; {esc(info.get('started', ''))}</p>")
+        parts.append(img(plots.experiment_plot(name, exp), name))
+        if name.split(":")[0] == "breakdown":
+            parts.append(table(BREAKDOWN_HEADER, breakdown_rows(exp), numeric_from=2))
+        else:
+            header, rows = experiment_table(name, exp)
+            parts.append(table(header, rows, numeric_from=1))
+        seen = observed(name, exp)
+        if seen:
+            parts.append(f'<p class="note"><b>Observed in this run:</b> {esc(seen)}</p>')
+        if name.split(":")[0] in PAPER_NOTES:
+            parts.append(f'<p class="note"><b>The paper, and why it differs here:</b> '
+                         f'{esc(PAPER_NOTES[name.split(":")[0]])}</p>')
+    return "\n".join(parts)
+
+
+def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[str],
+                bench: dict[str, Any] | None = None, complete: bool = True) -> str:
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
+             "<title>ddp-conformance report</title>", f"<style>{CSS}</style></head><body>",
+             "<h1>ddp-conformance report</h1>"]
+    if info is None and bench:
+        sections: list[dict[str, Any]] = [bench.get("timing") or {},
+                                          *(bench.get("experiments") or {}).values()]
+        info = next((s["info"] for s in sections if s.get("info")), {})
+    if not complete:
+        parts.append('<p class="note">The run did not finish: these are the cases it completed.</p>')
+    if info:
+        parts.append(run_info_html(info))
+    if results:
+        counts = count_verdicts(results)
+        parts.append("<h2>Verdicts</h2><p>" + "".join(
+            badge(v, f"{v} {n}") for v, n in sorted(counts.items(), key=lambda kv: list(COLOURS).index(kv[0])
+                                                    if kv[0] in COLOURS else 99)) + "</p>")
+        parts.append(matrix_html(results))
+        bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
+        if bad:
+            parts.append("<h2>Failures, errors and expectations</h2>")
+            parts += [case_html(r) for r in bad]
+        na = [r for r in results if r.verdict is Verdict.NA]
+        if na:
+            parts.append("<h2>Not applicable</h2><ul>" + "".join(
+                f"<li><code>{esc(r.case_id)}</code>: {esc(r.reason)}</li>" for r in na) + "</ul>")
+        passed = [r for r in results if r.verdict is Verdict.PASS and r.figures]
+        if passed:
+            parts.append("<h2>Passed cases: error figures</h2>")
+            for r in passed:
+                figures = table(PER_PARAMETER_HEADER, per_parameter(r.figures), numeric_from=2)
+                parts.append(f"<details><summary><code>{esc(r.case_id)}</code> ({len(r.checks_run)} "
+                             f"checks)</summary>{figures}</details>")
+    if bench:
+        parts.append(timing_html(bench))
+    if notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

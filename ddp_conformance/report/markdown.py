@@ -1,0 +1,85 @@
+"""``summary.md``: run info, verdict matrix, and per failure what a person needs to fix it."""
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from ..verdict import Result, Verdict
+from .common import (
+    DIVERGENCE_HEADER,
+    count_verdicts,
+    counts_line,
+    divergence_row,
+    divergences,
+    verdict_matrix,
+)
+from .timing import timing_markdown
+
+MAX_TRACE_LINES = 40
+
+
+def git_line(state: dict[str, Any] | None) -> str:
+    if not state:
+        return "not in a git checkout"
+    return f"{state['commit'][:12]}{' (dirty)' if state.get('dirty') else ''}"
+
+
+def run_header(info: dict[str, Any]) -> list[str]:
+    lines = [f"torch {info.get('torch')}, backend {info.get('backend')}, device "
+             f"{info.get('device')}, world size {info.get('world_size')}, {info.get('cpu_count')} "
+             f"CPUs, started {info.get('started')}"]
+    if "project_git" in info:
+        lines.append(f"ddp-conformance at {git_line(info['project_git'])}")
+    for c in info.get("candidates", []):
+        extra = f", git {git_line(c['git'])}" if "git" in c else ""
+        lines.append(f"candidate `{c['name']}` {c.get('version') or ''}{extra}")
+    return lines
+
+
+def _tail(text: str, limit: int = MAX_TRACE_LINES) -> str:
+    lines = text.rstrip().splitlines()
+    return "\n".join((["..."] if len(lines) > limit else []) + lines[-limit:])
+
+
+def case_markdown(r: Result) -> list[str]:
+    lines = [f"### {r.verdict.value} `{r.case_id}`", "", r.summary_line() or "", ""]
+    if r.expectation:
+        lines += [f"Expected to fail: {r.expectation}", ""]
+    divs = divergences(r)
+    if divs:
+        lines += [tabulate([divergence_row(d) for d in divs], DIVERGENCE_HEADER, tablefmt="github"), ""]
+        for d in divs:
+            for detail in d.details[:2]:
+                lines += [f"`{d.check}`:", "", "```", detail.rstrip(), "```", ""]
+    for kind, texts in (("traceback", r.tracebacks), ("stack", r.stacks)):
+        for rank, text in sorted(texts.items()):
+            lines += [f"rank {rank} {kind}:", "", "```", _tail(text), "```", ""]
+    for rank, code in sorted(r.exit_codes.items()):
+        from ..verdict import describe_exit
+
+        lines += [f"rank {rank} ended with {describe_exit(code)}", ""]
+    return lines
+
+
+def markdown_summary(info: dict[str, Any], results: list[Result], notes: list[str],
+                     bench: dict[str, Any] | None = None) -> str:
+    lines = ["# ddp-conformance summary", ""]
+    lines += [line + "  " for line in run_header(info)] + [""]
+    if results:
+        lines += ["Verdicts: " + counts_line(count_verdicts(results)), ""]
+        header, rows = verdict_matrix(results)
+        lines += [tabulate(rows, header, tablefmt="github"), ""]
+    bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
+    na = [r for r in results if r.verdict is Verdict.NA]
+    if bad:
+        lines += ["## Not passed", ""]
+        for r in bad:
+            lines += case_markdown(r)
+    if na:
+        lines += ["## Not applicable", ""] + [f"- `{r.case_id}`: {r.reason}" for r in na] + [""]
+    if bench:
+        lines += timing_markdown(bench)
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)

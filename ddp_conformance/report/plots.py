@@ -1,0 +1,191 @@
+"""Plots as base64 PNG (matplotlib's Agg backend: no display, no network)."""
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure as MplFigure  # noqa: E402
+
+from ..verdict import Result  # noqa: E402
+from .timing import BASELINE, breakdown, flat, keyed, model_rows, quartiles  # noqa: E402
+
+FLOOR = 1e-12  # zero error drawn here on the log scale
+MAX_LINES = 8
+
+
+def to_png(fig: MplFigure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def error_series(result: Result, quantity: str) -> dict[tuple[str, str], dict[int, float]]:
+    """``{(against, parameter): {step: max abs error over ranks}}`` for oracle/reference."""
+    series: dict[tuple[str, str], dict[int, float]] = {}
+    for g in result.figures:
+        who, _, what = g.check.partition(".")
+        if what != quantity or who not in ("oracle", "reference") or g.step < 0:
+            continue
+        s = series.setdefault((who, g.name), {})
+        s[g.step] = max(s.get(g.step, 0.0), g.max_abs)
+    return series
+
+
+def error_per_step(result: Result) -> str | None:
+    """Max abs error per step, per parameter, oracle (solid) vs reference (dashed), log
+    scale, one panel per quantity (grad, param, buffer) that has a failing figure."""
+    failing = {g.check.partition(".")[2] for g in result.figures
+               if not g.passed and g.check.partition(".")[0] in ("oracle", "reference")}
+    quantities = [q for q in ("grad", "param", "buffer") if q in failing]
+    if not quantities:
+        return None
+    fig, axes = plt.subplots(1, len(quantities), figsize=(5.2 * len(quantities), 3.4), squeeze=False)
+    for ax, q in zip(axes[0], quantities, strict=True):
+        series = error_series(result, q)
+        def peak(n: str, series: dict[tuple[str, str], dict[int, float]] = series) -> float:
+            return max(max(series.get((w, n), {0: 0.0}).values()) for w in ("oracle", "reference"))
+
+        worst = sorted({name for _, name in series}, key=lambda n: -peak(n))
+        colours = plt.get_cmap("tab10")
+        for i, name in enumerate(worst[:MAX_LINES]):
+            for who, style in (("oracle", "-"), ("reference", "--")):
+                s = series.get((who, name))
+                if s:
+                    steps = sorted(s)
+                    ax.plot(steps, [max(s[k], FLOOR) for k in steps], style, marker="o", ms=3,
+                            color=colours(i % 10), label=f"{name} vs {who}")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("step")
+        ax.set_ylabel("max abs error (over ranks)")
+        ax.set_title(f"{q}: error per step", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+    fig.suptitle(result.case_id, fontsize=10)
+    return to_png(fig)
+
+
+def _ms(x: float) -> float:
+    return x * 1e3
+
+
+def step_times(bench: dict[str, Any]) -> str | None:
+    """Per model: each candidate's median step time with its IQR as error bars."""
+    timing = bench.get("timing") or {}
+    models = list(timing.get("models", {}).values())
+    if not models:
+        return None
+    ws = timing.get("info", {}).get("world_size", 2)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.2), squeeze=False)
+    for ax, m in zip(axes[0], models, strict=True):
+        rows = model_rows(m, ws)
+        names = [r["candidate"] for r in rows]
+        meds = [_ms(r["step"][0]) for r in rows]
+        err = [[_ms(r["step"][0] - r["step"][1]) for r in rows],
+               [_ms(r["step"][2] - r["step"][0]) for r in rows]]
+        ax.bar(names, meds, yerr=err, capsize=4,
+               color=["#4c72b0" if n == BASELINE else "#dd8452" for n in names])
+        for i, r in enumerate(rows):
+            if r["ratio"][0] == r["ratio"][0]:
+                ax.annotate(f"x{r['ratio'][0]:.2f}", (i, meds[i]), ha="center", va="bottom", fontsize=8,
+                            xytext=(0, 8), textcoords="offset points")
+        ax.set_title(f"{m['model']} ({m['tensors']} tensors)", fontsize=10)
+        ax.set_ylabel("step time, ms (median, IQR)")
+    return to_png(fig)
+
+
+def bandwidth(bench: dict[str, Any]) -> str | None:
+    """Gradient communication busbw per candidate next to the raw allreduce's."""
+    timing = bench.get("timing") or {}
+    models = list(timing.get("models", {}).values())
+    ws = timing.get("info", {}).get("world_size", 2)
+    labels, grad, raw = [], [], []
+    for m in models:
+        for r in model_rows(m, ws):
+            if "grad_busbw" in r:
+                labels.append(f"{m['model']}\n{r['candidate']}")
+                grad.append(r["grad_busbw"] / 1e9)
+                raw.append(r["raw_busbw"] / 1e9)
+    if not labels:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(labels)), 3.2))
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], grad, 0.4, label="DDP gradient communication")
+    ax.bar([x + 0.2 for x in xs], raw, 0.4, label="raw all_reduce, same bytes")
+    ax.set_xticks(list(xs), labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("busbw, GB/s")
+    ax.legend(fontsize=7)
+    return to_png(fig)
+
+
+def breakdown_plot(models: list[dict[str, Any]]) -> str | None:
+    if not models:
+        return None
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False)
+    parts = [("forward", "#4c72b0"), ("backward", "#55a868"), ("communication", "#c44e52"),
+             ("optimizer", "#8172b3")]
+    for ax, m in zip(axes[0], models, strict=True):
+        b = breakdown(m)
+        names = list(b)
+        bottom = [0.0] * len(names)
+        for part, colour in parts:
+            vals = [_ms(b[n][part]) for n in names]
+            ax.bar(names, vals, bottom=bottom, color=colour,
+                   label="exposed communication" if part == "communication" else part)
+            bottom = [x + y for x, y in zip(bottom, vals, strict=True)]
+        raw = quartiles(m.get("raw_allreduce_s", []))[0]
+        ax.axhline(_ms(raw), color="k", ls=":", lw=1, label="raw allreduce of the gradients")
+        ax.set_title(m["model"], fontsize=10)
+        ax.set_ylabel("ms (medians)")
+    axes[0][0].legend(fontsize=7)
+    return to_png(fig)
+
+
+def experiment_plot(key: str, exp: dict[str, Any]) -> str | None:
+    name = key.split(":")[0]
+    if name == "breakdown":
+        return breakdown_plot(list(exp["data"]["models"].values()))
+    data = keyed(exp["data"]["times"])
+    fig, ax = plt.subplots(figsize=(6.0, 3.4))
+    if name in ("bucket-sweep", "no-sync"):
+        for cand, pts in data.items():
+            xs = sorted(pts, key=float)
+            med = [_ms(pts[x][0]) for x in xs]
+            lo = [_ms(pts[x][0] - pts[x][1]) for x in xs]
+            hi = [_ms(pts[x][2] - pts[x][0]) for x in xs]
+            ax.errorbar([float(x) for x in xs], med, yerr=[lo, hi], marker="o", capsize=3, label=cand)
+        ax.set_xscale("log", base=2 if name == "no-sync" else 10)
+        if name == "no-sync":
+            ax.set_xticks([float(x) for x in sorted(next(iter(data.values())), key=float)],
+                          [str(x) for x in sorted(next(iter(data.values())), key=float)])
+        ax.set_xlabel("bucket_cap_mb" if name == "bucket-sweep" else "synchronise every n iterations")
+        ax.set_ylabel("ms per iteration (median, IQR)")
+        if name == "bucket-sweep" and "grad_mb" in exp["config"]:
+            ax.axvline(exp["config"]["grad_mb"], color="grey", ls=":", lw=1, label="model gradient size")
+    else:
+        cands = list(data)
+        modes = list(dict.fromkeys(x for d in data.values() for x in d))
+        width = 0.8 / max(1, len(modes))
+        for i, mode in enumerate(modes):
+            pos = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(cands))]
+            med = [_ms(data[c][mode][0]) for c in cands]
+            err = [[_ms(data[c][mode][0] - data[c][mode][1]) for c in cands],
+                   [_ms(data[c][mode][2] - data[c][mode][0]) for c in cands]]
+            ax.bar(pos, med, width, yerr=err, capsize=3, label=mode)
+        ax.set_xticks(list(range(len(cands))), cands)
+        ax.set_ylabel("step ms (median, IQR)")
+    ax.set_title(f"{name}: model {exp['config'].get('model', '')}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return to_png(fig)
+
+
+__all__ = ["error_per_step", "step_times", "bandwidth", "experiment_plot", "flat"]
