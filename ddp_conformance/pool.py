@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from .errors import PoolError
 from .jobs import Job, receive, send, was_released
@@ -57,6 +57,18 @@ class Outcome:
     exit_codes: dict[int, int] = field(default_factory=dict)
     logs: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+
+
+class Pool(Protocol):
+    """What the runner needs of a pool: the rank pool here, or ranks started by torchrun."""
+
+    threads: int
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def run(self, job: Job, timeout_s: float) -> Outcome: ...
 
 
 class RankPool:

@@ -9,7 +9,8 @@ when it passes). Each pytest process (each pytest-xdist worker) owns one rank po
 started on first use, so ``pytest -n 2`` runs two pools side by side with no shared port.
 
 Options: ``--candidate`` (repeatable, default ``torch``), ``--backend``, ``--device``,
-``--world-size``, ``--scenario-timeout``, ``--pool``, ``--expectations``.
+``--world-size``, ``--scenario-timeout``, ``--pool``, ``--expectations``,
+``--strict-profile``, ``--no-trace``.
 """
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--pool", choices=("persistent", "fresh"), default="persistent",
                     help="reuse rank processes or start new ones per scenario")
     group.addoption("--expectations", metavar="FILE", help="known deviations of the candidate")
+    group.addoption("--strict-profile", action="store_true",
+                    help="hold every candidate to torch's bucket layout (trace.buckets)")
+    group.addoption("--no-trace", action="store_true",
+                    help="plain process groups: no collective trace or trace checks")
 
 
 class ConformanceSession:
@@ -49,7 +54,9 @@ class ConformanceSession:
             backend=config.getoption("backend"), device=config.getoption("device"),
             world_size=config.getoption("world_size"),
             timeout_s=config.getoption("scenario_timeout"), pool=config.getoption("pool"),
-            expectations=config.getoption("expectations"))
+            expectations=config.getoption("expectations"),
+            strict_profile=config.getoption("strict_profile"),
+            trace=not config.getoption("no_trace"))
         self._runner: Runner | None = None
         self._error: str | None = None
 

@@ -19,7 +19,7 @@ from .environment import validate
 from .expectations import Expectations
 from .jobs import Job
 from .oracle import OracleRecord, run_oracle
-from .pool import Outcome, RankPool
+from .pool import Outcome, Pool, RankPool
 from .scenario import Scenario
 from .trace_checks import check_trace
 from .verdict import Result, Verdict, describe_exit
@@ -53,7 +53,7 @@ class RunConfig:
 class Runner:
     """Owns the rank pool, the resolved candidates and the oracle cache of one run."""
 
-    def __init__(self, config: RunConfig, pool: RankPool | None = None) -> None:
+    def __init__(self, config: RunConfig, pool: Pool | None = None) -> None:
         """``pool`` replaces the rank pool (e.g. ranks started by torchrun); same interface."""
         self.config = config
         self.device_kind = validate(config.backend, config.device, config.world_size)
@@ -63,7 +63,7 @@ class Runner:
         shipped = [c.expectations for c in self.candidates.values() if c.expectations]
         self.expectations = Expectations.load_all(
             ([config.expectations] if config.expectations else []) + shipped)
-        self.pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
+        self.pool: Pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
                                      fresh=config.pool == "fresh")
         self._oracles: dict[str, OracleRecord] = {}
         self._references: dict[str, dict[int, RankRecord] | None] = {}

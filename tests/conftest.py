@@ -11,11 +11,20 @@ DEFECTIVE = "tests.defective:"
 CANDIDATES = ["torch", "tests.limited:ForwardOnly", "tests.limited:torch_ddp_factory",
               *(DEFECTIVE + name for name in (
                   "SumsWithoutDividing", "NeverBroadcastsBuffers", "JoinHookDoesNotShadow",
-                  "ExitsMidStep", "RaisesOnRank1"))]
+                  "ExitsMidStep", "RaisesOnRank1", "SyncsInsideNoSync", "ReducesInFloat16",
+                  "UsesWorldGroup", "AcceptsSecondCommHook"))]
 
 
 @pytest.fixture(scope="session")
 def runner() -> Iterator[Runner]:
     """A runner knowing every test candidate, 2 ranks, a short deadline (hangs are tested)."""
     with Runner(RunConfig(candidates=CANDIDATES, timeout_s=8.0)) as r:
+        yield r
+
+
+@pytest.fixture(scope="session")
+def runner4() -> Iterator[Runner]:
+    """Four ranks, for the process-group scenarios."""
+    with Runner(RunConfig(candidates=["torch", DEFECTIVE + "UsesWorldGroup"], world_size=4,
+                          timeout_s=20.0)) as r:
         yield r

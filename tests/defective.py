@@ -87,3 +87,45 @@ class RaisesOnRank1(DistributedDataParallel):
         if dist.get_rank() == 1 and self._forwards == 2:
             raise RuntimeError("defective candidate: rank 1 gives up")
         return super().forward(*inputs, **kwargs)
+
+
+class SyncsInsideNoSync(DistributedDataParallel):
+    """``no_sync`` does nothing: values stay right, but every microbatch is reduced."""
+
+    def no_sync(self) -> Any:  # type: ignore[override]
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def _allreduce_in_float16(group, bucket):  # type: ignore[no-untyped-def] # torch checks annotations
+    world = dist.get_world_size(group)
+    half = bucket.buffer().div(world).half()
+    fut = dist.all_reduce(half, group=group, async_op=True).get_future()  # type: ignore[union-attr]
+    return fut.then(lambda f: f.value()[0].float())
+
+
+class ReducesInFloat16(DistributedDataParallel):
+    """Silently reduces float32 gradients in float16 (precision lost)."""
+
+    def __init__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        super().__init__(module, *args, **kwargs)
+        super().register_comm_hook(self.process_group, _allreduce_in_float16)
+
+
+class UsesWorldGroup(DistributedDataParallel):
+    """Ignores the process group it is given and synchronises over the whole world."""
+
+    def __init__(self, module: torch.nn.Module, *args: Any, process_group: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(module, *args, process_group=None, **kwargs)
+
+
+class AcceptsSecondCommHook(DistributedDataParallel):
+    """A second ``register_comm_hook`` is silently ignored instead of raising."""
+
+    def register_comm_hook(self, state: Any, hook: Any) -> None:
+        if getattr(self, "_hooked", False):
+            return
+        self._hooked = True
+        super().register_comm_hook(state, hook)

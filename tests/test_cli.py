@@ -123,3 +123,29 @@ def test_a_candidate_from_the_current_directory(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS    gradients/exact-dyadic[mine:MyDDP]" in proc.stdout
     assert os.path.exists(tmp_path / "r" / "junit.xml")
+
+
+def test_repeat_reports_stability_and_memory(tmp_path: Path) -> None:
+    proc = cli("run", "--report-dir", str(tmp_path), "--repeat", "3", "-k", "exact")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stability over 3 repeats: 0 flaky case(s)" in proc.stdout
+    assert proc.stdout.count("--- repeat") == 3
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    repeats = {r["repeat"] for r in rows if r["type"] == "result"}
+    assert repeats == {0, 1, 2}
+
+
+def test_stability_flags_changed_figures() -> None:
+    from ddp_conformance.stability import Stability
+    from ddp_conformance.verdict import Figure, Result, Verdict
+
+    stability = Stability(2)
+    for max_abs in (0.0, 1e-9):
+        r = Result("s", "c", Verdict.PASS, 2, "gloo", "cpu")
+        r.figures.append(Figure("oracle.grad", 0, 0, "w", True, max_abs, 0.0, 0.0, 1e-5))
+        stability.add(r)
+    assert stability.flaky() == {"s[c]": "figures changed between repeats"}
+    stability.memory = [{0: (300.0, 300.0)}, {0: (310.0, 310.0)}, {0: (400.0, 400.0)}]
+    assert 0 in stability.growth()
+    stability.memory[-1] = {0: (320.0, 320.0)}
+    assert stability.growth() == {}
