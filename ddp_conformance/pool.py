@@ -264,7 +264,8 @@ class RankPool:
 
     def call(self, function: str, *args: Any, timeout_s: float = 120.0) -> list[Any]:
         """Run ``function(rank, world_size, *args)`` on every rank; return the results."""
-        out = self.run(Job("call", "", timeout_s, function=function, args=args), timeout_s)
+        out = self.run(Job("call", "", timeout_s, function=function, args=args, trace=False),
+                       timeout_s)
         if out.status != "done":
             raise RuntimeError(describe_outcome(out))
         return [out.results[r] for r in range(self.world_size)]

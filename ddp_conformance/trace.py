@@ -114,10 +114,10 @@ REDUCING = frozenset({"allreduce", "allreduce_coalesced", "reduce", "reduce_scat
 def _traced(name: str) -> Callable[..., Any]:
     measure = _MEASURE[name]
 
-    def call(self: TracingProcessGroup, *args: Any) -> Any:
-        tensor, numel = measure(args)
+    def call(self: TracingProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        tensor, numel = measure(args) if args else (None, 0)
         TRACER.record(name, tensor, numel, self.size())
-        return getattr(self.inner, name)(*args)
+        return getattr(self.inner, name)(*args, **kwargs)
 
     call.__name__ = name
     return call

@@ -41,8 +41,8 @@ def _close_pools() -> None:
 def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any,
                     timeout: float = 120.0) -> list[Any]:
     ref = f"{fn.__module__}:{fn.__qualname__}"
-    out = pool_for(world_size).run(Job("call", "", timeout + 30.0, function=ref, args=args),
-                                   timeout)
+    out = pool_for(world_size).run(Job("call", "", timeout + 30.0, function=ref, args=args,
+                                       trace=False), timeout)
     if out.status != "done":
         raise DistributedTestError(describe_outcome(out))
     return [out.results[r] for r in range(world_size)]

@@ -11,130 +11,20 @@ with today's checks; they must stay uncaught until the check named there exists.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
-from ddp_conformance.catalog import load_catalog
-from ddp_conformance.runner import RunConfig, Runner
-from ddp_conformance.scenario import Scenario
-from ddp_conformance.verdict import Result, Verdict
+from ddp_conformance.verdict import Verdict
 from tests.mutants import gap_mutants, zoo
-
-CAUGHT = frozenset({Verdict.FAIL, Verdict.ERROR, Verdict.TIMEOUT, Verdict.CRASH})
-REFERENCE = "reference"
-TIMEOUT_S = 10.0
-#: Cheap, broad scenarios first: each catches a family of defects in ~0.1 s.
-FIRST = (
-    "gradients/mlp-sgd", "no-sync/window-of-3", "buffers/conv-bn-broadcast",
-    "init-sync/per-rank-weights", "unused/always-and-alternate", "unused/used-on-some-ranks",
-    "models/tied", "models/frozen", "buckets/mlp-tiny-cap", "gradients/exact-fp16-near-range",
-    "buckets/mixed-dtypes", "models/sparse-embedding", "options/gradient-as-bucket-view",
-    "comm-hooks/fp16-compress", "buffers/conv-bn-no-sync", "buffers/conv-bn-no-broadcast",
-    "join/uneven-divide-by-active", "join/uneven-buffers",
-)
-#: World sizes tried in turn, each only for the mutants still uncaught.
-WORLD_SIZES = (2, 3, 4)
-
-
-def ordered_catalog() -> list[Scenario]:
-    """The whole catalog, :data:`FIRST` first, then the rest in catalog order."""
-    catalog = load_catalog()
-    rank = {sid: i for i, sid in enumerate(FIRST)}
-    return sorted(catalog, key=lambda s: rank.get(s.id, len(FIRST)))
-
-
-def scenarios_for(world_size: int, catalog: list[Scenario]) -> list[Scenario]:
-    """At 2 ranks everything that runs there; at more ranks only what needs more (the rest
-    already ran at 2)."""
-    if world_size == WORLD_SIZES[0]:
-        return [s for s in catalog if s.min_world_size <= world_size]
-    return [s for s in catalog if WORLD_SIZES[0] < s.min_world_size <= world_size]
-
-
-@dataclass
-class Catch:
-    mutant: str
-    result: Result | None  # None: nothing caught it
-    world_size: int
-    tried: int
-
-    @property
-    def check(self) -> str:
-        if self.result is None:
-            return "-"
-        if self.result.verdict is Verdict.FAIL and self.result.failures:
-            return self.result.failures[0].check
-        return self.result.verdict.name
-
-    @property
-    def message(self) -> str:
-        if self.result is None:
-            return "not caught"
-        r = self.result
-        text = r.failures[0].message if r.verdict is Verdict.FAIL and r.failures else \
-            f"{r.verdict.name}: {r.reason}"
-        return " ".join(text.split())
-
-
-@dataclass
-class ZooRun:
-    catches: dict[str, Catch]
-    reference: dict[tuple[str, int], Result]
-    seconds: float
-
-
-def hunt(mutants: list[str], timeout_s: float = TIMEOUT_S) -> ZooRun:
-    """Run the ordered catalog against each mutant until a scenario catches it; then the
-    reference on every scenario that caught one."""
-    started = time.monotonic()
-    catalog = ordered_catalog()
-    catches: dict[str, Catch] = {}
-    reference: dict[tuple[str, int], Result] = {}
-    left = list(mutants)
-    for ws in WORLD_SIZES:
-        scenarios = scenarios_for(ws, catalog)
-        if not left or not scenarios:
-            continue
-        config = RunConfig(candidates=[*left, REFERENCE], world_size=ws, timeout_s=timeout_s)
-        with Runner(config) as runner:
-            for mutant in left:
-                tried = 0
-                for scenario in scenarios:
-                    tried += 1
-                    result = runner.run_case(scenario, mutant)
-                    if result.verdict in CAUGHT:
-                        catches[mutant] = Catch(mutant, result, ws, tried)
-                        break
-                else:
-                    catches[mutant] = Catch(mutant, None, ws, tried)
-            for scenario_id in sorted({c.result.scenario for c in catches.values()
-                                       if c.result is not None and c.world_size == ws}):
-                scenario = next(s for s in catalog if s.id == scenario_id)
-                reference[(scenario_id, ws)] = runner.run_case(scenario, REFERENCE)
-        left = [m for m in left if catches[m].result is None]
-    return ZooRun(catches, reference, time.monotonic() - started)
-
-
-def table(run: ZooRun, docs: dict[str, str] | None = None) -> str:
-    """The Markdown table: mutant, defect, catching scenario, check, evidence."""
-    head = "| mutant | defect | caught by (world size) | check | evidence |\n|---|---|---|---|---|"
-    rows = []
-    for mutant, c in run.catches.items():
-        name = mutant.rpartition(":")[2]
-        where = "**not caught**" if c.result is None else f"`{c.result.scenario}` ({c.world_size})"
-        message = c.message if len(c.message) <= 160 else c.message[:157] + "..."
-        doc = (docs or {}).get(mutant, "")
-        rows.append(f"| `{name}` | {doc} | {where} | `{c.check}` | {message.replace('|', '/')} |")
-    return "\n".join([head, *rows])
+from tests.mutants.hunt import ZooRun, hunt, table
 
 
 @pytest.fixture(scope="module")
 def zoo_run() -> Iterator[ZooRun]:
-    run = hunt(list(zoo()))
-    print("\n" + table(run) + f"\n\nzoo: {len(run.catches)} mutants in {run.seconds:.0f}s")
+    """The zoo and the known gaps hunted together (one runner per world size)."""
+    run = hunt([*zoo(), *gap_mutants()])
+    print("\n" + table(run) + f"\n\n{len(run.catches)} mutants hunted in {run.seconds:.0f}s")
     yield run
 
 
@@ -145,7 +35,7 @@ def test_the_zoo_is_big_and_every_mutant_names_its_defect() -> None:
 
 
 def test_every_mutant_is_caught_by_some_scenario(zoo_run: ZooRun) -> None:
-    missed = [m for m, c in zoo_run.catches.items() if c.result is None]
+    missed = [m for m in zoo() if zoo_run.catches[m].result is None]
     assert missed == [], f"mutants no scenario catches: {missed}"
 
 
@@ -155,12 +45,9 @@ def test_the_reference_passes_every_scenario_that_caught_a_mutant(zoo_run: ZooRu
     assert bad == {}
 
 
-def test_known_gaps_stay_uncaught_until_their_check_exists() -> None:
+def test_known_gaps_stay_uncaught_until_their_check_exists(zoo_run: ZooRun) -> None:
     """Each defect in ``tests/mutants/gaps.py`` slips through every scenario today; when one
-    is caught, the check it names exists: move it into the zoo."""
-    gaps = gap_mutants()
-    if not gaps:
-        pytest.skip("no known gaps")
-    run = hunt(list(gaps))
-    caught = {m: (c.result.scenario, c.check) for m, c in run.catches.items() if c.result}
+    is caught, the check or scenario its docstring names exists: move it into the zoo."""
+    caught = {m: (c.result.scenario, c.check) for m in gap_mutants()
+              if (c := zoo_run.catches[m]).result is not None}
     assert caught == {}, f"now caught (move them into the zoo): {caught}"

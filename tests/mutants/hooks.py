@@ -28,17 +28,6 @@ class SecondCommHookAccepted(MutantDDP):
         super().register_comm_hook(state, hook)
 
 
-class _InPlaceAssumedReducer(Reducer):
-    def _finalize_bucket_dense(self, bucket: Bucket, check_unused: bool) -> None:
-        bucket.views_out = bucket.views_in  # a hook's result tensor is never read
-        super()._finalize_bucket_dense(bucket, check_unused)
-
-
-class HookResultAssumedInPlace(MutantDDP):
-    """Assumes a comm hook reduces the bucket in place and ignores the tensor its future returns
-    (fp16_compress_hook and PowerSGD return a new one)."""
-
-    reducer_class = _InPlaceAssumedReducer
 
 
 class _NotRepointedReducer(Reducer):

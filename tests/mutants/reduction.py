@@ -92,7 +92,8 @@ def _low_precision_reducer(dtype: torch.dtype) -> type[Reducer]:
     class _LowPrecisionReducer(Reducer):
         def _all_reduce_bucket(self, bucket: Bucket) -> None:
             grads = bucket.gradients
-            if bucket.expect_sparse or self.comm_hook is not None or grads.dtype == dtype:
+            if (bucket.expect_sparse or self.comm_hook is not None
+                    or grads.element_size() <= torch.empty(0, dtype=dtype).element_size()):
                 super()._all_reduce_bucket(bucket)
                 return
             low = grads.to(dtype)
@@ -158,18 +159,6 @@ class ReducesBucketBeforeLastGradient(MutantDDP):
     reducer_class = _StaleReducer
 
 
-class _WhenReadyReducer(Reducer):
-    def _mark_bucket_ready(self, bucket: Bucket) -> bool:
-        self._all_reduce_bucket(bucket)  # as soon as it is full, whatever the bucket order
-        self.next_bucket += 1
-        return True
-
-
-class LaunchesBucketsWhenReady(MutantDDP):
-    """Launches each bucket as soon as it is full instead of in bucket order: the order then depends on each
-    rank's gradient-ready order (mismatched collectives across ranks)."""
-
-    reducer_class = _WhenReadyReducer
 
 
 class _OddRanksReverseReducer(Reducer):

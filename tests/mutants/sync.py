@@ -94,10 +94,3 @@ class InitSyncFromLastRank(MutantDDP):
         if getattr(self, "_constructing", False):
             src = self.process_group.size() - 1
         super()._sync_module_states(src, with_buffers)
-
-
-class InitSyncSkipsBuffers(MutantDDP):
-    """The constructor broadcasts parameters but not buffers (DDP syncs both when broadcast_buffers is on)."""
-
-    def _sync_module_states(self, src: int, with_buffers: bool) -> None:
-        super()._sync_module_states(src, with_buffers and not getattr(self, "_constructing", False))

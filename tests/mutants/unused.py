@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from ddp_reference import collectives
 from ddp_reference.ddp import _produces_sparse_gradient
 from ddp_reference.reducer import Bucket, Reducer
 from torch import nn
@@ -30,19 +32,26 @@ class TiedWeightsReducedTwice(MutantDDP):
         return params, sparse, names
 
 
-class FrozenParametersReduced(MutantDDP):
-    """Also buckets parameters with requires_grad=False: frozen weights get a zero .grad instead of None, and
-    their bytes are reduced."""
+class _FrozenReducedReducer(Reducer):
+    frozen: list[nn.Parameter]
 
-    def _build_params_for_reducer(self) -> tuple[list[nn.Parameter], list[bool], list[str]]:
-        frozen = [p for p in self.module.parameters() if not p.requires_grad]
-        for p in frozen:
-            p.requires_grad_(True)  # let the reference collect them, then freeze again
-        try:
-            return super()._build_params_for_reducer()
-        finally:
-            for p in frozen:
-                p.requires_grad_(False)
+    def finalize_backward(self) -> None:
+        super().finalize_backward()
+        for p in self.frozen:  # flattened with the rest: a zero gradient, reduced
+            grad = torch.zeros_like(p)
+            collectives.allreduce(self.process_group, grad).wait()
+            p.grad = grad
+
+
+class FrozenParametersReduced(MutantDDP):
+    """Reduces every parameter, also those with requires_grad=False (parameters flattened without the
+    requires_grad filter): frozen weights get a zero .grad instead of None, and extra bytes on the wire."""
+
+    reducer_class = _FrozenReducedReducer
+
+    def mutate(self) -> None:
+        self.reducer.frozen = [p for p in self.module.parameters()  # type: ignore[attr-defined]
+                               if not p.requires_grad]
 
 
 class _SparseSummedReducer(Reducer):
