@@ -34,6 +34,8 @@ def main() -> None:
     rows, ratios, fresh_all, persistent_all = [], [], [], []
     try:
         for scenario in load_catalog():
+            if scenario.unsupported_world_size(args.world_size):
+                continue
             fresh_result = fresh.run_case(scenario, "torch")
             times = []
             for _ in range(args.repeats):

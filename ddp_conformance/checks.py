@@ -1,7 +1,8 @@
 """The checks every scenario runs (SPEC.md, "What every scenario checks").
 
-- ``init.param``: after wrapping, every rank holds rank 0's initial parameters, bitwise
-  (DDP's init sync broadcasts them).
+- ``init.param`` / ``init.buffer``: after wrapping, every rank holds rank 0's initial
+  parameters, bitwise, and rank 0's buffers where ``broadcast_buffers`` (its own otherwise):
+  DDP's init sync broadcasts them.
 - ``oracle.grad`` / ``oracle.grad_none``: the synced gradients equal the oracle's within the
   dtype's tolerance (bitwise for exact-valued scenarios), and a gradient is ``None`` exactly
   where the oracle's is.
@@ -109,6 +110,9 @@ def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: Oracle
     for rank, rec in sorted(records.items()):
         ev.compare_all("init.param", -1, rank, rec.initial_params, oracle.initial_params,
                        BITWISE, "rank 0's initial parameters")
+        ev.compare_all("init.buffer", -1, rank, rec.initial_buffers,
+                       oracle.initial_buffers[rank], BITWISE,
+                       "the initial buffers (rank 0's where broadcast, else its own)")
         for step, srec in enumerate(rec.steps):
             if step >= len(oracle.steps):
                 ev.fail("oracle.grad", f"rank {rank} ran step {step}, the oracle has "

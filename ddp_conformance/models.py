@@ -409,3 +409,47 @@ def build_mismatched(rank: int) -> nn.Module:
 
 register(ModelSpec("mismatched_by_rank", build_mismatched, _normal_batch((8,), 4), mse,
                    "rank 1 has an extra layer", rank_aware=True))
+
+
+# --- a random buffer (init sync must broadcast buffers) -------------------------------------
+
+
+class RandomBuffer(nn.Module):
+    """A Linear plus a buffer drawn at init (so it differs per rank under per-rank init)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.register_buffer("shift", torch.randn(4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(x) + self.shift
+
+
+register(ModelSpec("random_buffer", RandomBuffer, _normal_batch((8,), 4), mse,
+                   "a buffer drawn at init: differs per rank before init sync"))
+
+
+# --- a branch unused on some ranks, defined first ---------------------------------------------
+
+
+class BranchFirst(nn.Module):
+    """Like ``unused_on_rank1`` but the rank-dependent branch is defined *before* the used
+    one: with small buckets, ranks become ready for different buckets in different orders,
+    so a DDP that launches buckets as they fill (not in bucket order) mismatches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Different widths, so the two branches' buckets differ in size.
+        self.extra = nn.Linear(8, 12)
+        self.extra_out = nn.Linear(12, 4)
+        self.body = nn.Linear(8, 8)
+        self.body_out = nn.Linear(8, 4)
+
+    def forward(self, x: Tensor, use_extra: bool) -> Tensor:
+        out = self.body_out(torch.relu(self.body(x)))
+        return out + self.extra_out(torch.relu(self.extra(x))) if use_extra else out
+
+
+register(ModelSpec("unused_first_on_rank1", BranchFirst, _branchy_batch, mse,
+                   "branch unused on rank 1, defined before the used one"))

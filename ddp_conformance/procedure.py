@@ -86,6 +86,17 @@ def buffers_broadcast(scenario: Scenario, step: int, microbatch: int) -> bool:
     return forward_synced(scenario, previous)
 
 
+def _allreduce_to_new_tensor(group, bucket):  # type: ignore[no-untyped-def]
+    """An allreduce hook whose result is a new tensor, not the bucket's buffer: DDP must
+    copy what the future returns (torch: ``Reducer`` reads the hook's result). Unannotated:
+    torch rejects a ``bucket`` annotation that is not ``dist.GradBucket`` itself."""
+    import torch.distributed as dist
+
+    averaged = bucket.buffer() / dist.get_world_size(group)  # a new tensor
+    work = dist.all_reduce(averaged, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
 def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
     """(state, hook) of one of torch's built-in comm hooks, by name."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
@@ -94,6 +105,8 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
         return process_group, default_hooks.allreduce_hook
     if name == "fp16_compress":
         return process_group, default_hooks.fp16_compress_hook
+    if name == "allreduce_to_new_tensor":
+        return process_group, _allreduce_to_new_tensor
     if name == "powersgd":
         # Rank 16 is at least the smaller side of every matrix in the catalog's MLP, and
         # min_compression_rate=0 compresses them all: P Q^T then spans each gradient

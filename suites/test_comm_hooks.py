@@ -4,6 +4,9 @@ from ddp_conformance.scenario import Scenario
 SCENARIOS = [
     Scenario("comm-hooks/allreduce", "mlp", comm_hook="allreduce",
              description="torch's allreduce_hook: the same result as no hook"),
+    Scenario("comm-hooks/returns-new-tensor", "mlp", comm_hook="allreduce_to_new_tensor",
+             ddp_options={"bucket_cap_mb": 0.001},
+             description="a hook whose future returns a new tensor: DDP must copy it back"),
     # fp16_compress_hook casts each bucket to float16 (u = 2**-11), sums in float16 and
     # casts back: at most (W + 1) roundings of u relative to the summed magnitude, 2.4e-3 for
     # W = 4; parameters move by lr times that. 4e-3 (8 u) bounds it; float32 arithmetic is

@@ -5,6 +5,10 @@ SCENARIOS = [
     Scenario("unused/used-on-some-ranks", "unused_on_rank1", min_world_size=2,
              ddp_options={"find_unused_parameters": True},
              description="`extra` unused on rank 1: it still gets the reduced gradient there"),
+    Scenario("unused/branch-first-tiny-cap", "unused_first_on_rank1", min_world_size=2,
+             ddp_options={"find_unused_parameters": True, "bucket_cap_mb": 0.0002},
+             description="ranks become ready for small buckets in different orders: they "
+                         "must still be reduced in bucket order"),
     Scenario("unused/always-and-alternate", "unused_always_and_alternate", steps=4,
              ddp_options={"find_unused_parameters": True},
              description="`never` keeps a None gradient; `alternate` is used on even steps"),

@@ -6,26 +6,15 @@ whose verdict is FAIL, ERROR, TIMEOUT or CRASH; every mutant must be caught, and
 reference DDP must pass every scenario that caught one (so the catch is the defect's, not
 the scenario's). World size 2 first; scenarios that need more ranks (process subgroups)
 then run at 3 and 4 ranks for the mutants still uncaught. One runner per world size for
-the whole module. ``tests/mutants/gaps.py`` holds realistic defects no scenario can catch
-with today's checks; they must stay uncaught until the check named there exists.
+the whole hunt (``tests/mutants/hunt.py``). ``tests/mutants/gaps.py`` holds realistic
+defects no scenario can catch with today's checks; they must stay uncaught until the
+check named there exists.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from ddp_conformance.verdict import Verdict
 from tests.mutants import gap_mutants, zoo
-from tests.mutants.hunt import ZooRun, hunt, table
-
-
-@pytest.fixture(scope="module")
-def zoo_run() -> Iterator[ZooRun]:
-    """The zoo and the known gaps hunted together (one runner per world size)."""
-    run = hunt([*zoo(), *gap_mutants()])
-    print("\n" + table(run) + f"\n\n{len(run.catches)} mutants hunted in {run.seconds:.0f}s")
-    yield run
+from tests.mutants.hunt import hunt, table
 
 
 def test_the_zoo_is_big_and_every_mutant_names_its_defect() -> None:
@@ -34,20 +23,22 @@ def test_the_zoo_is_big_and_every_mutant_names_its_defect() -> None:
     assert all(doc for doc in mutants.values()), [m for m, d in mutants.items() if not d]
 
 
-def test_every_mutant_is_caught_by_some_scenario(zoo_run: ZooRun) -> None:
-    missed = [m for m in zoo() if zoo_run.catches[m].result is None]
+def test_every_mutant_is_caught_and_the_reference_passes_what_caught_it() -> None:
+    """One test, so that the hunt (~3 min) runs once even under pytest-xdist.
+
+    1. every zoo mutant is caught by some scenario (FAIL, ERROR, TIMEOUT or CRASH);
+    2. the reference DDP passes every scenario that caught one (the catch is the defect's);
+    3. each known gap (``tests/mutants/gaps.py``) still slips through: once one is caught,
+       the check or scenario its docstring names exists, and it moves into the zoo.
+    """
+    mutants, gaps = zoo(), gap_mutants()
+    run = hunt([*mutants, *gaps])
+    print("\n" + table(run) + f"\n\n{len(run.catches)} mutants hunted in {run.seconds:.0f}s")
+    missed = [m for m in mutants if run.catches[m].result is None]
     assert missed == [], f"mutants no scenario catches: {missed}"
-
-
-def test_the_reference_passes_every_scenario_that_caught_a_mutant(zoo_run: ZooRun) -> None:
     bad = {k: (r.verdict, r.reason, [f.message for f in r.failures[:1]])
-           for k, r in zoo_run.reference.items() if r.verdict is not Verdict.PASS}
-    assert bad == {}
-
-
-def test_known_gaps_stay_uncaught_until_their_check_exists(zoo_run: ZooRun) -> None:
-    """Each defect in ``tests/mutants/gaps.py`` slips through every scenario today; when one
-    is caught, the check or scenario its docstring names exists: move it into the zoo."""
-    caught = {m: (c.result.scenario, c.check) for m in gap_mutants()
-              if (c := zoo_run.catches[m]).result is not None}
-    assert caught == {}, f"now caught (move them into the zoo): {caught}"
+           for k, r in run.reference.items() if r.verdict is not Verdict.PASS}
+    assert bad == {}, f"the reference fails scenarios that caught mutants: {bad}"
+    caught = {m: (c.result.scenario, c.check) for m in gaps
+              if (c := run.catches[m]).result is not None}
+    assert caught == {}, f"known gaps now caught (move them into the zoo): {caught}"

@@ -31,8 +31,8 @@ class _WorldPlusOneReducer(Reducer):
 
 
 class DividesByWorldPlusOne(MutantDDP):
-    """Divides by world size + 1 (an off-by-one in counting ranks, e.g. counting a launcher or parameter-
-    server process)."""
+    """Divides by world size + 1 (an off-by-one in counting ranks, e.g. counting a launcher or
+    parameter-server process)."""
 
     reducer_class = _WorldPlusOneReducer
 

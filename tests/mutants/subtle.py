@@ -1,8 +1,9 @@
-"""Realistic defects that slip through every scenario of the catalog today.
+"""Subtle defects that slipped through the first catalog, and what now catches them.
 
-Kept out of the zoo (``tests/mutants/__init__.py``: ``GAP_MODULES``); each docstring says
-the defect, then which check or scenario would catch it. ``tests/test_mutant_zoo.py``
-keeps them on record as uncaught: when one gets caught, move it into the zoo.
+Each docstring says the defect and the check or scenario added for it: the
+``unused/branch-first-tiny-cap`` scenario (rank-dependent bucket readiness), the
+``comm-hooks/returns-new-tensor`` scenario (a hook whose result is a new tensor), and the
+``init.buffer`` check with ``init-sync/per-rank-random-buffer`` (buffers at init).
 """
 from __future__ import annotations
 
