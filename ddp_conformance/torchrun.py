@@ -134,7 +134,7 @@ class _Member:
         if abort:
             faulthandler.cancel_dump_traceback_later()
         self.store.set(self.key("result", number, self.rank),
-                       pickle.dumps(answer[0], protocol=pickle.HIGHEST_PROTOCOL))
+                       pickle.dumps(answer[0], protocol=pickle.HIGHEST_PROTOCOL))  # type: ignore[arg-type]
 
     def _run(self, job: Job) -> tuple[str, Any]:
         import random
@@ -206,7 +206,8 @@ class TorchrunPool:
         job.store_prefix = f"job{number}"
         store, key = self.member.store, self.member.key
         started = time.monotonic()
-        store.set(key("job", number), pickle.dumps((job, timeout_s), protocol=pickle.HIGHEST_PROTOCOL))
+        message = pickle.dumps((job, timeout_s), protocol=pickle.HIGHEST_PROTOCOL)
+        store.set(key("job", number), message)  # type: ignore[arg-type]
         self.member.execute(number, job, timeout_s, abort=False)
         out = Outcome("done")
         pending = set(range(self.world_size))
@@ -258,7 +259,7 @@ class TorchrunPool:
         """Tell the followers to exit (once)."""
         if self._jobs >= 0:
             self._jobs += 1
-            self.member.store.set(self.member.key("job", self._jobs), pickle.dumps(None))
+            self.member.store.set(self.member.key("job", self._jobs), pickle.dumps(None))  # type: ignore[arg-type]
             self._jobs = -1
 
     def __enter__(self) -> TorchrunPool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -92,7 +92,7 @@ class FSDP2Adapter(_Base):
         from torch.distributed.fsdp import fully_shard
 
         mesh = DeviceMesh.from_group(process_group, device.type)
-        self.module = self.wrapped = fully_shard(module, mesh=mesh)
+        self.module = self.wrapped = cast(nn.Module, fully_shard(module, mesh=mesh))
         self.capabilities = honoured(POLICY, ddp_options, *FEATURES)
 
     @contextlib.contextmanager

@@ -20,13 +20,10 @@ class _WhenReadyReducer(Reducer):
 
 
 class LaunchesBucketsWhenReady(MutantDDP):
-    """Launches each bucket as soon as it is full instead of in bucket order, so the order follows each
-    rank's gradient-ready order. Harmless while that order is the same on every rank, which it is in
-    every catalog model: the only rank-dependent branch (`unused_on_rank1`'s `extra`) is defined after
-    the used one, so it lands in the first buckets, which complete first anyway. Caught by a model
-    whose rank-dependent unused branch is defined *before* the used one, with find_unused_parameters
-    and a ~100-byte bucket cap (the later bucket then completes first on the rank that skips the
-    branch: mismatched allreduces, trace.consistent or a Gloo abort)."""
+    """Launches each bucket as soon as it is full instead of in bucket order, so the order
+    follows each rank's gradient-ready order: harmless while that order is the same on every rank,
+    mismatched allreduces when a rank-dependent branch makes ranks ready in different orders.
+    Caught by ``unused/branch-first-tiny-cap`` (a Gloo abort on the mismatched collectives)."""
 
     reducer_class = _WhenReadyReducer
 
@@ -38,23 +35,18 @@ class _InPlaceAssumedReducer(Reducer):
 
 
 class HookResultAssumedInPlace(MutantDDP):
-    """Assumes a comm hook reduces the bucket in place and ignores the tensor its future returns. Every
-    hook the catalog registers (allreduce, fp16_compress, PowerSGD) writes its result into
-    bucket.buffer() and returns that, so the defect never shows. Caught by a comm-hook scenario with
-    a hook that returns a new tensor, e.g. `fut.then(lambda f: f.value()[0].clone())` after a
-    divide-then-allreduce (a valid hook: torch copies whatever tensor the future holds); the
-    mutant then keeps the local gradients (oracle.grad)."""
+    """Assumes a comm hook reduces the bucket in place and ignores the tensor its future
+    returns (torch copies whatever the future holds). Caught by ``comm-hooks/returns-new-tensor``:
+    the local gradients stay (oracle.grad)."""
 
     reducer_class = _InPlaceAssumedReducer
 
 
 class InitSyncSkipsBuffers(MutantDDP):
-    """The constructor broadcasts parameters but not buffers (torch syncs both when broadcast_buffers is
-    on). Invisible to every scenario: with broadcast_buffers the first forward broadcasts rank 0's
-    buffers anyway, and without it torch does not sync them at all. Caught by an `init.buffer` check
-    next to `init.param` in checks.py: after wrapping, buffers equal rank 0's (the oracle already has
-    `initial_buffers`) where the scenario broadcasts buffers; init-sync/per-rank-weights-and-buffers
-    then fails (what a user sees: evaluating or checkpointing before the first training forward)."""
+    """The constructor broadcasts parameters but not buffers (torch syncs both when
+    broadcast_buffers is on); the first forward's broadcast hides it, evaluating or
+    checkpointing before training does not. Caught by the ``init.buffer`` check on
+    ``init-sync/per-rank-random-buffer``."""
 
     def _sync_module_states(self, src: int, with_buffers: bool) -> None:
         super()._sync_module_states(src, with_buffers and not getattr(self, "_constructing", False))
