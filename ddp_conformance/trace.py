@@ -123,6 +123,10 @@ def _traced(name: str) -> Callable[..., Any]:
     return call
 
 
+_BT = dist.ProcessGroup.BackendType
+_DEVICE_BACKENDS = {"gloo": (("cpu", _BT.GLOO), ("cuda", _BT.GLOO)), "nccl": (("cuda", _BT.NCCL),)}
+
+
 class TracingProcessGroup(dist.ProcessGroup):
     """A process group that logs every collective to :data:`TRACER` and forwards it."""
 
@@ -130,6 +134,10 @@ class TracingProcessGroup(dist.ProcessGroup):
         super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]
         self.inner = inner
         self.backend_name = backend_name
+        # C++ callers that look a backend up by device (functional collectives, DeviceMesh,
+        # FSDP) find the real one: they work, untraced; Python-level calls are traced.
+        for device, kind in _DEVICE_BACKENDS.get(backend_name.removeprefix("traced_"), ()):
+            self._register_backend(torch.device(device), kind, inner)
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return self.backend_name  # the registered name: torch looks the backend up by it

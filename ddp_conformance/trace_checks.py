@@ -13,8 +13,10 @@
   floating dtype in that backward equal the number of elements of parameters that require
   gradients. A sharded candidate may pad each collective to a multiple of the group size,
   so up to ``group_size - 1`` extra elements per collective are allowed; twice the model,
-  or part of it, is not. Scenarios whose comm hook compresses (PowerSGD) or whose
-  gradients are sparse opt out (``Scenario.trace_volume``).
+  or part of it, is not. A candidate whose reductions the trace cannot see at all (C++
+  functional collectives looking the backend up by device) gets a note instead.
+  Scenarios whose comm hook compresses (PowerSGD) or whose gradients are sparse opt out
+  (``Scenario.trace_volume``).
 - ``trace.dtype``: gradients are reduced in their own dtype (a float32 model's buckets
   in float32: nothing silently downcast), or in the comm hook's wire dtype
   (``fp16_compress``: float16). PowerSGD's factors are float32 too.
@@ -113,6 +115,13 @@ def _reduced_once(ev: Evidence, scenario: Scenario, records: dict[int, RankRecor
     ev.ran("trace.reduced_once")
     for rank, rec in sorted(records.items()):
         totals = gradient_elements(rec.trace)
+        if rec.steps and not totals:
+            # Nothing reduced through the traced group in any backward: the candidate's
+            # collectives bypass it (C++ functional collectives, its own groups). Its values
+            # are still checked; the volume cannot be.
+            ev.note(f"trace.reduced_once not applied on rank {rank}: the trace saw no "
+                    "gradient reduction (collectives outside the traced process group)")
+            continue
         for step in range(len(rec.steps)):
             for mb in range(scenario.microbatches):
                 if not synced(scenario, mb):
