@@ -104,6 +104,10 @@ def distance(actual: Tensor, expected: Tensor) -> Distance:
     e = expected.detach().cpu()
     if a.numel() == 0:
         return Distance(0.0, 0.0, 0.0, 0.0)
+    if a.dtype == e.dtype and torch.equal(a, e):  # the common case, one cheap comparison
+        scale = float(e.abs().max().item()) if e.dtype.is_floating_point else \
+            float(e.long().abs().max().item())
+        return Distance(0.0, 0.0, 0.0, scale)
     if not a.dtype.is_floating_point:
         diff = (a.long() - e.long()).abs().max().item()
         return Distance(float(diff), float(diff), float(diff), float(e.abs().max().item()))

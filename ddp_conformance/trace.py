@@ -117,7 +117,10 @@ def _traced(name: str) -> Callable[..., Any]:
     def call(self: TracingProcessGroup, *args: Any, **kwargs: Any) -> Any:
         tensor, numel = measure(args) if args else (None, 0)
         TRACER.record(name, tensor, numel, self.size())
-        return getattr(self.inner, name)(*args, **kwargs)
+        # Not every operation is bound on the backend object (ProcessGroupGloo lacks the
+        # coalesced ones): those take the generic c10d path of a plain group over it.
+        target = self.inner if hasattr(self.inner, name) else self.plain
+        return getattr(target, name)(*args, **kwargs)
 
     call.__name__ = name
     return call
@@ -136,8 +139,14 @@ class TracingProcessGroup(dist.ProcessGroup):
         self.backend_name = backend_name
         # C++ callers that look a backend up by device (functional collectives, DeviceMesh,
         # FSDP) find the real one: they work, untraced; Python-level calls are traced.
+        #: A plain c10d group over the same backend, for operations the backend object does
+        #: not bind in Python (calling the base class on ``self`` would recurse into us).
+        self.plain = dist.ProcessGroup(inner.rank(), inner.size())  # type: ignore[call-arg]
         for device, kind in _DEVICE_BACKENDS.get(backend_name.removeprefix("traced_"), ()):
-            self._register_backend(torch.device(device), kind, inner)
+            for group in (self, self.plain):
+                group._register_backend(torch.device(device), kind, inner)  # type: ignore[arg-type]
+        if backend_name.removeprefix("traced_") in _DEVICE_BACKENDS:
+            self.plain._set_default_backend(_DEVICE_BACKENDS[backend_name.removeprefix("traced_")][0][1])
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return self.backend_name  # the registered name: torch looks the backend up by it

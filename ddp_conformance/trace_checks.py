@@ -1,10 +1,11 @@
 """Checks on the collective trace (see :mod:`ddp_conformance.trace`).
 
-- ``trace.no_sync``: no collective of floating-point data (gradients, parameters,
-  buffers) in the forward or backward of a microbatch inside ``no_sync()`` (torch:
-  ``no_sync`` disables gradient synchronisation). Two exceptions follow torch: the buffer
-  broadcast at a forward that follows a synced forward (``procedure.buffers_broadcast``),
-  and integer metadata: torch rebuilds its buckets
+- ``trace.no_sync``: no reduction and no broadcast of floating-point data (gradients,
+  parameters, buffers) in the forward or backward of a microbatch inside ``no_sync()``
+  (torch: ``no_sync`` disables gradient synchronisation). Gathering parameters is allowed
+  (a sharded candidate all-gathers its weights for every forward). Two exceptions follow
+  torch: the buffer broadcast at a forward that follows a synced forward
+  (``procedure.buffers_broadcast``), and integer metadata: torch rebuilds its buckets
   once, at the first forward after the first synced backward, and broadcasts the new
   layout as int32 even inside ``no_sync``. Under Join, the one-element allreduce by which
   Join counts the ranks still active is allowed too.
@@ -41,6 +42,8 @@ from .trace import REDUCING, Collective
 from .verdict import Figure
 
 FLOATING = frozenset({"float64", "float32", "float16", "bfloat16"})
+#: What ``no_sync`` forbids: reducing or overwriting data across ranks (not gathering).
+SYNCING = REDUCING | {"broadcast", "scatter"}
 STEP_STAGES = frozenset({"forward", "backward"})
 
 
@@ -72,7 +75,7 @@ def _no_sync(ev: Evidence, scenario: Scenario, records: dict[int, RankRecord]) -
     for rank, rec in sorted(records.items()):
         for c in rec.trace:
             if c.stage not in STEP_STAGES or synced(scenario, c.microbatch) \
-                    or c.dtype not in FLOATING:
+                    or c.dtype not in FLOATING or c.kind not in SYNCING:
                 continue
             if c.stage == "forward" and c.kind == "broadcast" and \
                     buffers_broadcast(scenario, c.step, c.microbatch):

@@ -21,10 +21,6 @@ from ddp_conformance.verdict import Verdict
 
 TORCH_NATIVE = ["replicate", "fsdp-no-shard", "fsdp-full-shard", "fsdp2", "torch-python-reducer"]
 PACKAGED = {"lightning": "pytorch_lightning", "accelerate": "accelerate"}
-#: Errors raised by the tracing wrapper process group (ddp_conformance/trace.py), not by the
-#: adapters: functional collectives need a registered group name, FSDP1 FULL_SHARD a
-#: per-device backend. Same adapters pass on a plain Gloo group.
-TRACING_BACKEND_GAPS = ("ProcessGroup name not set", "No backend type associated with device type")
 #: Scenarios short enough for a smoke run of every adapter.
 SMOKE = ("gradients/mlp-adam", "no-sync/window-of-3")
 
@@ -87,8 +83,6 @@ def test_adapter_runs_and_passes(adapter_runner: Runner, name: str, scenario_id:
     if name in PACKAGED:
         pytest.importorskip(PACKAGED[name])
     result = adapter_runner.run_case(_scenario(scenario_id), name)
-    if any(m in result.reason for m in TRACING_BACKEND_GAPS):
-        pytest.xfail(f"the collective-tracing process group lacks what {name} needs: {result.reason}")
     assert result.verdict in (Verdict.PASS, Verdict.XPASS), result.summary_line()
 
 

@@ -43,7 +43,7 @@ def test_pytest_xdist_agrees_with_the_command_line(tmp_path: Path) -> None:
                          text=True, timeout=600)
     assert cli.returncode == 1
     rows = [json.loads(x) for x in (tmp_path / "cli" / "results.jsonl").read_text().splitlines()]
-    expected = {"PASS": "passed", "FAIL": "failed", "N/A": "skipped"}
+    expected = {"PASS": "passed", "FAIL": "failed", "ERROR": "failed", "N/A": "skipped"}
     by_cli = {f"{r['scenario']}[{r['candidate']}]": expected[r["verdict"]]
               for r in rows if r["type"] == "result"}
     assert by_pytest == by_cli
@@ -53,7 +53,8 @@ def test_pytest_xdist_agrees_with_the_command_line(tmp_path: Path) -> None:
 def test_failures_show_the_evidence_and_na_the_missing_capability() -> None:
     proc = pytest_run("suites/test_gradients.py", "suites/test_no_sync.py", "-rs", "-q",
                       "--candidate", "tests.defective:SumsWithoutDividing",
-                      "--candidate", "tests.limited:ForwardOnly", "-k", "exact or window")
+                      "--candidate", "tests.limited:ForwardOnly", "-k",
+                      "exact-dyadic and not microbatches or window")
     assert proc.returncode == 1
     assert "FAIL: gradients/exact-dyadic[tests.defective:SumsWithoutDividing]: oracle.grad: " \
            "step 0, rank 0" in proc.stdout
@@ -70,7 +71,8 @@ def test_bad_options_stop_pytest_with_one_line() -> None:
 def test_expectations_are_xfail_under_pytest(tmp_path: Path) -> None:
     exp = tmp_path / "e.txt"
     exp.write_text("gradients/exact-dyadic  # this candidate sums without dividing\n")
-    proc = pytest_run("suites/test_gradients.py", "-q", "-k", "exact", f"--expectations={exp}",
+    proc = pytest_run("suites/test_gradients.py", "-q", "-k", "exact-dyadic and not microbatches",
+                      f"--expectations={exp}",
                       "--candidate", "tests.defective:SumsWithoutDividing", "-rx")
     assert proc.returncode == 0, proc.stdout
     assert "1 xfailed" in proc.stdout
