@@ -77,9 +77,10 @@ class Worker:
     def execute(self, job: Job) -> None:
         """Run one job in a fresh default process group.
 
-        On success the answer goes out before the group is destroyed (destroying a Gloo
-        group takes ~20 ms, which then overlaps the parent's checks). On failure the rank
-        reports and exits, unless its failure only echoes a peer's.
+        The job's own cleanup (its objects collected, its groups destroyed: ~20 ms) is
+        part of the job and done before answering, so that a finalizer that hangs or aborts
+        is charged to the job that left it, within its deadline, not to the next one. On
+        failure the rank reports and exits, unless its failure only echoes a peer's.
         """
         import torch.distributed as dist
 
@@ -94,6 +95,11 @@ class Worker:
             result = self._run(job)
         except BaseException:  # noqa: BLE001 - every failure is reported, none kills the rank
             failure = traceback.format_exc()
+        if failure is None:
+            try:
+                self._destroy_groups()
+            except BaseException:  # noqa: BLE001 - a cleanup failure is the job's failure
+                failure = traceback.format_exc()
         if failure is not None:
             send(self.conn, ("raised", self.rank, failure))
             if was_released(failure):
@@ -104,7 +110,6 @@ class Worker:
             # which releases peers blocked in a collective with this rank at once.
             os._exit(0)
         send(self.conn, ("done", self.rank, result))
-        self._destroy_groups()
 
     @staticmethod
     def _destroy_groups() -> None:
