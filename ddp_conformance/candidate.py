@@ -116,20 +116,19 @@ class Candidate:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class DDPLikeAdapter(Adapter):
-    """Adapts any module with DDP's constructor and methods: ``loss.backward(); opt.step()``."""
+class WrappedModuleAdapter(Adapter):
+    """An adapter whose step is ``wrapped(*inputs)``, ``loss.backward()``, ``opt.step()``:
+    DDP and every wrapper that keeps torch's training loop (FSDP, replicate, Lightning's
+    strategy). Subclasses set ``wrapped`` and add what differs."""
 
-    def __init__(self, ddp: nn.Module, module: nn.Module, accepted: frozenset[str]) -> None:
-        self.ddp = ddp
-        self.module = module
-        self.optimizer: torch.optim.Optimizer | None = None
-        self.capabilities = accepted | _instance_capabilities(ddp)
+    wrapped: nn.Module
+    optimizer: torch.optim.Optimizer | None = None
 
     def set_optimizer(self, factory: OptimizerFactory) -> None:
-        self.optimizer = factory(self.ddp.parameters())
+        self.optimizer = factory(self.wrapped.parameters())
 
     def forward(self, *inputs: Any) -> Any:
-        return self.ddp(*inputs)
+        return self.wrapped(*inputs)
 
     def backward(self, loss: Tensor) -> None:
         loss.backward()
@@ -141,6 +140,15 @@ class DDPLikeAdapter(Adapter):
     def zero_grad(self, set_to_none: bool) -> None:
         assert self.optimizer is not None, "set_optimizer first"
         self.optimizer.zero_grad(set_to_none=set_to_none)
+
+
+class DDPLikeAdapter(WrappedModuleAdapter):
+    """Adapts any module with DDP's constructor and methods: ``loss.backward(); opt.step()``."""
+
+    def __init__(self, ddp: nn.Module, module: nn.Module, accepted: frozenset[str]) -> None:
+        self.ddp = self.wrapped = ddp
+        self.module = module
+        self.capabilities = accepted | _instance_capabilities(ddp)
 
     def no_sync(self) -> ContextManager[None]:
         return self.ddp.no_sync()  # type: ignore[operator]

@@ -196,9 +196,11 @@ _HARNESS_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}ddp_conformance{os.sep}", 
 def _innermost_frame(stack: str) -> str:
     """Where a stuck rank is: its innermost frame, and the innermost one in user code.
 
-    faulthandler lists the current thread first, most recent call first.
+    faulthandler lists every thread, the current (main) one marked, most recent call first.
     """
-    frames = [m.groupdict() for m in _FRAME.finditer(stack.split("\n\n")[0])]
+    blocks = stack.split("\n\n")
+    current = next((b for b in blocks if b.lstrip().startswith("Current thread")), blocks[0])
+    frames = [m.groupdict() for m in _FRAME.finditer(current)]
     if not frames:
         return "(unknown)"
 
@@ -206,6 +208,8 @@ def _innermost_frame(stack: str) -> str:
         return f"{f['func']} ({os.path.basename(f['path'])}:{f['line']})"
 
     where = show(frames[0])
+    if "Garbage-collecting" in current.split("File ", 1)[0]:
+        where = f"garbage collection in {where}"
     caller = next((f for f in frames if not any(p in f["path"] for p in _HARNESS_PARTS)), None)
     if caller is not None and caller is not frames[0]:
         where += f" called from {show(caller)}"

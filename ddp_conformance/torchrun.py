@@ -165,21 +165,9 @@ class _Member:
             return "raised", traceback.format_exc()
 
     def _call(self, job: Job) -> Any:
-        import torch.distributed as dist
+        from .worker import run_job
 
-        if job.kind == "call":
-            from .worker import _resolve_function
-
-            return _resolve_function(job.function)(self.rank, self.world_size, *job.args)
-        from .candidate import resolve_candidate
-        from .engine import run_scenario
-
-        candidate = self.candidates.get(job.candidate)
-        if candidate is None:
-            candidate = self.candidates[job.candidate] = resolve_candidate(job.candidate)
-        assert job.scenario is not None
-        return run_scenario(job.scenario, candidate, self.rank, self.world_size, self.device,
-                            dist.group.WORLD)
+        return run_job(job, self.rank, self.world_size, self.device, self.candidates)
 
 
 class TorchrunPool:

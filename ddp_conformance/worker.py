@@ -113,26 +113,36 @@ class Worker:
 
     @staticmethod
     def _destroy_groups() -> None:
+        """Collect the job's objects while its groups still live, then destroy the groups.
+
+        In that order: a candidate object that still holds work on a group (replicate's
+        reducer) must be finalised while its peers can still complete that work.
+        """
         import torch.distributed as dist
 
+        gc.collect(1)
         if dist.is_initialized():
             dist.destroy_process_group()
-        gc.collect(1)
 
     def _run(self, job: Job) -> Any:
-        import torch.distributed as dist
+        return run_job(job, self.rank, self.world_size, self.device, self.candidates)
 
-        if job.kind == "call":
-            return _resolve_function(job.function)(self.rank, self.world_size, *job.args)
-        from .candidate import resolve_candidate
-        from .engine import run_scenario
 
-        candidate = self.candidates.get(job.candidate)
-        if candidate is None:
-            candidate = self.candidates[job.candidate] = resolve_candidate(job.candidate)
-        assert job.scenario is not None
-        return run_scenario(job.scenario, candidate, self.rank, self.world_size, self.device,
-                            dist.group.WORLD)
+def run_job(job: Job, rank: int, world_size: int, device: Any, candidates: dict[str, Any]) -> Any:
+    """What a rank does for one job, in the default group already initialised: call the
+    function, or run the scenario with the candidate (resolved once per process)."""
+    import torch.distributed as dist
+
+    if job.kind == "call":
+        return _resolve_function(job.function)(rank, world_size, *job.args)
+    from .candidate import resolve_candidate
+    from .engine import run_scenario
+
+    candidate = candidates.get(job.candidate)
+    if candidate is None:
+        candidate = candidates[job.candidate] = resolve_candidate(job.candidate)
+    assert job.scenario is not None
+    return run_scenario(job.scenario, candidate, rank, world_size, device, dist.group.WORLD)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from ..candidate import Adapter, Candidate, OptimizerFactory
+from ..candidate import Adapter, Candidate, WrappedModuleAdapter
 from ..scenario import Capability
 from ._common import OptionPolicy, expectations_file, honoured, static_capabilities
 
@@ -33,29 +33,7 @@ POLICY: OptionPolicy = {"broadcast_buffers": lambda v: not v, "find_unused_param
 FEATURES = (Capability.NO_SYNC,)
 
 
-class _Base(Adapter):
-    optimizer: torch.optim.Optimizer | None = None
-    wrapped: nn.Module
-
-    def set_optimizer(self, factory: OptimizerFactory) -> None:
-        self.optimizer = factory(self.wrapped.parameters())
-
-    def forward(self, *inputs: Any) -> Any:
-        return self.wrapped(*inputs)
-
-    def backward(self, loss: Tensor) -> None:
-        loss.backward()
-
-    def step(self) -> None:
-        assert self.optimizer is not None
-        self.optimizer.step()
-
-    def zero_grad(self, set_to_none: bool) -> None:
-        assert self.optimizer is not None
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-
-class FSDP1Adapter(_Base):
+class FSDP1Adapter(WrappedModuleAdapter):
     def __init__(self, strategy: str, module: nn.Module, process_group: Any, device: torch.device,
                  **ddp_options: Any) -> None:
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
@@ -85,7 +63,7 @@ class FSDP1Adapter(_Base):
             return super().parameters()
 
 
-class FSDP2Adapter(_Base):
+class FSDP2Adapter(WrappedModuleAdapter):
     def __init__(self, module: nn.Module, process_group: Any, device: torch.device,
                  **ddp_options: Any) -> None:
         from torch.distributed.device_mesh import DeviceMesh

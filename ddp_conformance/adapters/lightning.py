@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..candidate import Adapter, Candidate, OptimizerFactory
+from ..candidate import Candidate, OptimizerFactory, WrappedModuleAdapter
 from ..scenario import Capability
 from ._common import OptionPolicy, expectations_file, honoured, require, static_capabilities, version
 
@@ -31,7 +31,7 @@ POLICY: OptionPolicy = {o: None for o in (
 FEATURES = (Capability.NO_SYNC,)
 
 
-class LightningAdapter(Adapter):
+class LightningAdapter(WrappedModuleAdapter):
     def __init__(self, module: nn.Module, process_group: Any, device: torch.device,
                  **ddp_options: Any) -> None:
         import pytorch_lightning as pl
@@ -59,12 +59,13 @@ class LightningAdapter(Adapter):
         self.strategy.connect(self.lightning_module)
         self.strategy.model_to_device()
         self.strategy.configure_ddp()
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.wrapped = self.lightning_module
         self._batch = 0
         self.capabilities = honoured(POLICY, ddp_options, *FEATURES)
 
     def set_optimizer(self, factory: OptimizerFactory) -> None:
-        self.optimizer = factory(self.lightning_module.parameters())
+        super().set_optimizer(factory)
+        assert self.optimizer is not None
         self.strategy.optimizers = [self.optimizer]
 
     def forward(self, *inputs: Any) -> Any:
@@ -75,14 +76,6 @@ class LightningAdapter(Adapter):
         self.strategy.pre_backward(loss)
         loss.backward()
         self.strategy.post_backward(loss)
-
-    def step(self) -> None:
-        assert self.optimizer is not None
-        self.optimizer.step()
-
-    def zero_grad(self, set_to_none: bool) -> None:
-        assert self.optimizer is not None
-        self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
         return self.strategy.block_backward_sync()  # type: ignore[no-any-return]

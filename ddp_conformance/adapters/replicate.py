@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from ..candidate import Adapter, Candidate, OptimizerFactory
+from ..candidate import Candidate, WrappedModuleAdapter
 from ..scenario import Capability
 from ._common import OptionPolicy, expectations_file, honoured, static_capabilities
 
@@ -27,7 +27,7 @@ POLICY: OptionPolicy = {o: None for o in (
 FEATURES = (Capability.NO_SYNC, Capability.COMM_HOOK)
 
 
-class ReplicateAdapter(Adapter):
+class ReplicateAdapter(WrappedModuleAdapter):
     def __init__(self, module: nn.Module, process_group: Any, device: torch.device,
                  **ddp_options: Any) -> None:
         from torch.distributed._composable import replicate
@@ -35,26 +35,8 @@ class ReplicateAdapter(Adapter):
         kwargs: dict[str, Any] = dict(ddp_options, process_group=process_group)
         if device.type == "cuda":
             kwargs["device_id"] = device
-        self.module = replicate(module, **kwargs)
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.module = self.wrapped = replicate(module, **kwargs)
         self.capabilities = honoured(POLICY, ddp_options, *FEATURES)
-
-    def set_optimizer(self, factory: OptimizerFactory) -> None:
-        self.optimizer = factory(self.module.parameters())
-
-    def forward(self, *inputs: Any) -> Any:
-        return self.module(*inputs)
-
-    def backward(self, loss: Tensor) -> None:
-        loss.backward()
-
-    def step(self) -> None:
-        assert self.optimizer is not None
-        self.optimizer.step()
-
-    def zero_grad(self, set_to_none: bool) -> None:
-        assert self.optimizer is not None
-        self.optimizer.zero_grad(set_to_none=set_to_none)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
