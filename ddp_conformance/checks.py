@@ -106,7 +106,7 @@ def check_run(scenario: Scenario, records: dict[int, RankRecord], oracle: Oracle
     if scenario.expect_error is not None:
         _check_expected_error(ev, scenario.expect_error, records)
         return ev
-    exact = Policy(scenario.exact, scenario.rtol)
+    exact = Policy.for_model(scenario.exact, scenario.rtol, oracle.grad_dtypes)
     for rank, rec in sorted(records.items()):
         ev.compare_all("init.param", -1, rank, rec.initial_params, oracle.initial_params,
                        BITWISE, "rank 0's initial parameters")
@@ -176,7 +176,7 @@ def check_reference(ev: Evidence, scenario: Scenario, records: dict[int, RankRec
     Same tolerances as against the oracle (the reference may reduce in another order than
     the candidate); ``None``-ness of gradients must match exactly.
     """
-    policy = Policy(scenario.exact, scenario.rtol)
+    policy = Policy.for_model(scenario.exact, scenario.rtol, oracle.grad_dtypes)
     for rank, rec in sorted(records.items()):
         ref = reference.get(rank)
         if ref is None:

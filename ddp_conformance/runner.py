@@ -97,7 +97,8 @@ class Runner:
         if self.config.backend not in candidate.backends:
             return self._result(scenario, spec, Verdict.NA,
                                 f"candidate does not support backend {self.config.backend}")
-        unsupported = scenario.unsupported_world_size(ws)
+        unsupported = (scenario.unsupported_backend(self.config.backend)
+                       or scenario.unsupported_world_size(ws))
         if unsupported:
             return self._result(scenario, spec, Verdict.NA, unsupported)
         if not candidate.late_capabilities:

@@ -85,6 +85,9 @@ class Scenario:
     min_world_size: int = 1
     #: Exact world sizes the scenario is defined for (process-group scenarios), if any.
     world_sizes: tuple[int, ...] | None = None
+    #: Backends on which torch itself can run the scenario reliably, if not all (the
+    #: reason is written next to the scenario).
+    backends: tuple[str, ...] | None = None
     #: DDP process groups as global rank lists, created with ``new_group`` on every rank;
     #: each rank trains in the group holding it (idle if none). None: the world.
     groups: tuple[tuple[int, ...], ...] | None = None
@@ -130,6 +133,12 @@ class Scenario:
     def groups_for(self, world_size: int) -> list[list[int]]:
         """The DDP groups (global ranks) at ``world_size``."""
         return [list(g) for g in self.groups] if self.groups else [list(range(world_size))]
+
+    def unsupported_backend(self, backend: str) -> str:
+        """Why the scenario cannot run on ``backend`` ('' if it can)."""
+        if self.backends is not None and backend not in self.backends:
+            return f"needs backend {' or '.join(self.backends)} (torch cannot run it on {backend})"
+        return ""
 
     def unsupported_world_size(self, world_size: int) -> str:
         """Why the scenario means nothing at ``world_size`` ('' if it does)."""

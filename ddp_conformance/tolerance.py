@@ -21,6 +21,8 @@ Why these ``rtol`` values (u is the unit roundoff of the dtype):
   above the bound, so it is caught.
 - float64: 1e-12 (u = 1.1e-16, same argument). float16 models: 4e-3 (8 u); bfloat16: 3e-2.
 - Exact-valued scenarios (dyadic data, every sum exact in any order) demand 0: bitwise.
+- A model mixing dtypes uses its loosest dtype's rtol for every tensor (``Policy.floor``):
+  its float64 layers are fed by float32 ones and carry their rounding.
 """
 from __future__ import annotations
 
@@ -55,11 +57,20 @@ class Policy:
 
     exact: bool = False
     override: float | None = None
+    #: The loosest rtol of the model's parameter dtypes: in a mixed-precision model a
+    #: float64 tensor is computed from float32 ones, and carries their rounding.
+    floor: float = 0.0
 
     def rtol(self, dtype: torch.dtype) -> float:
         if self.exact or not dtype.is_floating_point:
             return 0.0
-        return self.override if self.override is not None else rtol_for(dtype, False)
+        return self.override if self.override is not None else max(rtol_for(dtype, False),
+                                                                  self.floor)
+
+    @classmethod
+    def for_model(cls, exact: bool, override: float | None, dtypes: frozenset[str]) -> Policy:
+        floor = max((rtol_for(getattr(torch, d), False) for d in dtypes), default=0.0)
+        return cls(exact, override, floor)
 
 
 BITWISE = Policy(exact=True)
