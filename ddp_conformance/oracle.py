@@ -59,6 +59,8 @@ class OracleRecord:
     reduced_numel: int = 0
     #: Their dtypes ("float32", ...): what DDP reduces in, absent a comm hook.
     grad_dtypes: frozenset[str] = frozenset()
+    #: Elements per dtype: DDP buckets per dtype and reduces each in its own.
+    numel_by_dtype: dict[str, int] = field(default_factory=dict)
 
 
 def _clone(tensors: Mapping[str, Tensor]) -> Tensors:
@@ -100,6 +102,10 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
                           reduced_numel=sum(p.numel() for p in params.values() if p.requires_grad),
                           grad_dtypes=frozenset(str(p.dtype).removeprefix("torch.")
                                                 for p in params.values() if p.requires_grad))
+    for p in params.values():
+        if p.requires_grad:
+            dtype = str(p.dtype).removeprefix("torch.")
+            record.numel_by_dtype[dtype] = record.numel_by_dtype.get(dtype, 0) + p.numel()
     optimizer = make_optimizer(scenario, model.parameters(), distributed=False)
     # Join's uneven inputs are by position in the group (group rank), data by global rank.
     steps = {r: scenario.steps_for(i) for i, r in enumerate(ranks)}

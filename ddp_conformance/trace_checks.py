@@ -19,8 +19,8 @@
   Scenarios whose comm hook compresses (PowerSGD) or whose gradients are sparse opt out
   (``Scenario.trace_volume``).
 - ``trace.dtype``: gradients are reduced in their own dtype (a float32 model's buckets
-  in float32: nothing silently downcast), or in the comm hook's wire dtype
-  (``fp16_compress``: float16). PowerSGD's factors are float32 too.
+  in float32: nothing silently downcast; in a mixed model each dtype's elements in that
+  dtype), or in the comm hook's wire dtype (``fp16_compress``: float16).
 - ``trace.consistent``: every rank of a group issued the same sequence of collectives
   (kind, dtype, element count, group size); the first difference is named with both
   sequences side by side. Mismatched collectives hang or corrupt real jobs.
@@ -60,6 +60,8 @@ def check_trace(ev: Evidence, scenario: Scenario, records: dict[int, RankRecord]
     reduced_numel = oracle.reduced_numel
     wire = HOOK_WIRE_DTYPE.get(scenario.comm_hook or "")
     _dtypes(ev, records, frozenset({wire}) if wire else oracle.grad_dtypes)
+    if not wire and len(oracle.numel_by_dtype) > 1 and scenario.trace_volume:
+        _per_dtype_volume(ev, scenario, records, oracle.numel_by_dtype)
     _no_sync(ev, scenario, records)
     if scenario.trace_volume:
         _reduced_once(ev, scenario, records, reduced_numel)
@@ -100,6 +102,32 @@ def _dtypes(ev: Evidence, records: dict[int, RankRecord], allowed: frozenset[str
                         f"{' or '.join(sorted(allowed))} (precision silently changed)",
                         c.step, rank)
                 break
+
+
+def _per_dtype_volume(ev: Evidence, scenario: Scenario, records: dict[int, RankRecord],
+                      expected: dict[str, int]) -> None:
+    """A mixed-dtype model: every dtype's gradients are reduced in that dtype (buckets are
+    per dtype), so each dtype's reduced volume covers its parameters."""
+    for rank, rec in sorted(records.items()):
+        seen: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for c in rec.trace:
+            if c.stage == "backward" and c.kind in REDUCING and c.dtype in FLOATING:
+                seen[(c.step, c.microbatch)][c.dtype] += c.numel
+        if not seen:
+            continue  # a blind trace: noted by trace.reduced_once
+        for step in range(len(rec.steps)):
+            for mb in range(scenario.microbatches):
+                if not synced(scenario, mb):
+                    continue
+                got = seen.get((step, mb), {})
+                short = {d: n for d, n in expected.items() if got.get(d, 0) < n}
+                if short:
+                    d, n = next(iter(short.items()))
+                    ev.fail("trace.dtype", f"step {step}, microbatch {mb}, rank {rank}: only "
+                            f"{got.get(d, 0)} of the model's {n} {d} gradient elements were "
+                            f"reduced in {d} (reduced as {dict(got)}: precision changed)",
+                            step, rank)
+                    return
 
 
 def gradient_elements(trace: Iterable[Collective]) -> dict[tuple[int, int], tuple[int, int]]:

@@ -21,7 +21,8 @@ def test_torch_ddp_passes_the_catalog(runner: Runner) -> None:
     verdicts = {s.id: runner.run_case(s, "torch") for s in CATALOG.values()}
     # Everything passes but what is defined for other world sizes (process groups).
     assert {k: r.verdict for k, r in verdicts.items() if r.verdict is not Verdict.PASS and
-            not (r.verdict is Verdict.NA and "defined for world size" in r.reason)} == {}
+            not (r.verdict is Verdict.NA and ("defined for world size" in r.reason
+                                               or "needs backend" in r.reason))} == {}
 
 
 def test_summing_without_dividing_fails_the_oracle_gradient_check(runner: Runner) -> None:
