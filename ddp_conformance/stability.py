@@ -76,6 +76,8 @@ class Stability:
         if len(self.memory) < 3:
             return out
         for rank in self.memory[0]:
+            if any(rank not in m for m in self.memory):
+                continue
             base = self.memory[1][rank][0]
             last = self.memory[-1][rank][0]
             if last > base * 1.05 + GROWTH_ALLOWANCE_MB:
