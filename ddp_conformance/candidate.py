@@ -18,7 +18,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager as ContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -113,7 +113,6 @@ class Candidate:
     #: An expectations file shipped with the candidate (built-in adapters), applied with
     #: any ``--expectations`` file the user gives.
     expectations: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class WrappedModuleAdapter(Adapter):

@@ -58,6 +58,18 @@ class Outcome:
     logs: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
+    def record(self, rank: int, kind: str, payload: Any) -> bool:
+        """Keep one rank's answer ("done" or "raised"); True when the rank itself failed
+        (a traceback that is not only the echo of a peer's failure)."""
+        if kind == "done":
+            self.results[rank] = payload
+            return False
+        self.tracebacks[rank] = payload
+        if was_released(payload):
+            self.released.add(rank)
+            return False
+        return True
+
 
 class Pool(Protocol):
     """What the runner needs of a pool: the rank pool here, or ranks started by torchrun."""
@@ -84,7 +96,6 @@ class RankPool:
         self.startup_timeout_s = startup_timeout_s
         self.threads = threads_per_rank or max(1, (os.cpu_count() or 1) // max(1, world_size))
         self.starts = 0
-        self.restarts = 0
         self._procs: list[subprocess.Popen[bytes]] = []
         self._conns: list[Connection] = []
         self._tmp: str | None = None
@@ -92,10 +103,6 @@ class RankPool:
         self._jobs = 0
 
     # -- lifecycle ------------------------------------------------------------------
-
-    @property
-    def alive(self) -> bool:
-        return bool(self._procs) and all(p.poll() is None for p in self._procs)
 
     def start(self) -> None:
         """Start every rank process afresh (ending any still running)."""
@@ -116,7 +123,6 @@ class RankPool:
         if dead:
             for rank in dead:
                 self._conns[rank].close()
-            self.restarts += len(dead)
             self._spawn(dead)
 
     def _spawn(self, ranks: list[int]) -> None:
@@ -241,14 +247,9 @@ class RankPool:
                     out.logs[rank] = self._log_tail(rank)
                     deadline = min(deadline, time.monotonic() + CRASH_GRACE_S)
                     continue
-                if kind == "done":
-                    out.results[rank] = payload
-                else:
-                    out.tracebacks[rank] = payload
-                    if was_released(payload):
-                        out.released.add(rank)
-                    else:
-                        self._reap(rank)  # it leaves the pool after reporting
+                if out.record(rank, kind, payload):
+                    self._reap(rank)  # it leaves the pool after reporting
+                if kind != "done":
                     deadline = min(deadline, time.monotonic() + RAISE_GRACE_S)
         out.elapsed_s = time.monotonic() - started
         if out.exit_codes:

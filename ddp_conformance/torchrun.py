@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from .errors import PoolError, UsageError
-from .jobs import Job, was_released
+from .jobs import Job
 from .pool import Outcome
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -205,12 +205,7 @@ class TorchrunPool:
                 if store.check([key("result", number, rank)]):
                     kind, payload = pickle.loads(store.get(key("result", number, rank)))
                     pending.discard(rank)
-                    if kind == "done":
-                        out.results[rank] = payload
-                    else:
-                        out.tracebacks[rank] = payload
-                        if was_released(payload):
-                            out.released.add(rank)
+                    out.record(rank, kind, payload)
             if pending:
                 time.sleep(POLL_S)
         out.elapsed_s = time.monotonic() - started

@@ -52,6 +52,7 @@ class Tracer:
         self.stage = "wrap"
 
     def phase(self, stage: str, step: int = -1, microbatch: int = -1) -> None:
+        assert stage in STAGES, stage
         self.stage, self.step, self.microbatch = stage, step, microbatch
 
     def take(self) -> list[Collective]:
