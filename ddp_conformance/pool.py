@@ -224,6 +224,9 @@ class RankPool:
         deadline = started + timeout_s
         out = Outcome("done")
         pending = set(range(self.world_size))
+        # Where each rank's stack file ends now: what faulthandler writes past it when a
+        # rank dies of a fatal signal is that rank's Python stack at the moment of death.
+        stack_marks = {r: _size(self._path(f"rank{r}.stack")) for r in pending}
         for rank, conn in enumerate(self._conns):
             try:
                 send(conn, ("job", job))
@@ -260,6 +263,10 @@ class RankPool:
             out.status = "timeout"
         if pending or out.exit_codes:
             out.stacks = self._dump_stacks(sorted(pending))
+            for rank in out.exit_codes:
+                fatal = self._read_from(self._path(f"rank{rank}.stack"), stack_marks[rank])
+                if fatal:
+                    out.stacks[rank] = fatal
             self.close(force=True)
         return out
 
@@ -313,13 +320,17 @@ class RankPool:
             elif all(sizes[r] > before[r] for r in ranks) and \
                     time.monotonic() - quiet_since >= 0.1:
                 break
-        stacks: dict[int, str] = {}
-        for rank, path in paths.items():
+        return {rank: self._read_from(path, before[rank])
+                or "(no stack: the process did not answer SIGUSR1)" for rank, path in paths.items()}
+
+    @staticmethod
+    def _read_from(path: str, offset: int) -> str:
+        try:
             with open(path, "rb") as f:
-                f.seek(before[rank])
-                text = f.read().decode(errors="replace").strip()
-            stacks[rank] = text or "(no stack: the process did not answer SIGUSR1)"
-        return stacks
+                f.seek(offset)
+                return f.read().decode(errors="replace").strip()
+        except OSError:
+            return ""
 
 
 def _size(path: str) -> int:

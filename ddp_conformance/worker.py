@@ -45,6 +45,7 @@ class Worker:
         self.world_size: int = args.world_size
         self.backend: str = args.backend
         self.conn = Connection(args.fd)
+        self._retired_groups: list[Any] = []
         self.store = dist.TCPStore("127.0.0.1", args.store_port, None, False,
                                    timeout=timedelta(seconds=args.store_timeout))
         if args.device == "cuda":
@@ -111,16 +112,24 @@ class Worker:
             os._exit(0)
         send(self.conn, ("done", self.rank, result))
 
-    @staticmethod
-    def _destroy_groups() -> None:
+    def _destroy_groups(self) -> None:
         """Collect the job's objects while its groups still live, then destroy the groups.
 
         In that order: a candidate object that still holds work on a group (replicate's
         reducer) must be finalised while its peers can still complete that work.
+
+        The destroyed groups are kept until the next job's cleanup. A future callback
+        (PowerSGD's hook captures its group) is released by the Gloo thread that ran it,
+        a moment after the future completed; were that the group's last reference, the
+        group would be destroyed on its own worker thread, which joins itself and aborts
+        the process ("Resource deadlock avoided", 1 job in 7 of the PowerSGD tests).
+        Held here, the last reference is always dropped on this thread.
         """
         import torch.distributed as dist
 
         gc.collect(1)
+        self._retired_groups = list(dist.distributed_c10d._world.pg_map) \
+            if dist.is_initialized() else []
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -11,7 +11,8 @@ DEFECTIVE = "tests.defective:"
 CANDIDATES = ["torch", "tests.limited:ForwardOnly", "tests.limited:torch_ddp_factory",
               *(DEFECTIVE + name for name in (
                   "SumsWithoutDividing", "NeverBroadcastsBuffers", "JoinHookDoesNotShadow",
-                  "ExitsMidStep", "RaisesOnRank1", "SyncsInsideNoSync", "ReducesInFloat16",
+                  "ExitsMidStep", "SegfaultsMidStep", "RaisesOnRank1", "SyncsInsideNoSync",
+                  "ReducesInFloat16",
                   "UsesWorldGroup", "AcceptsSecondCommHook"))]
 
 

@@ -5,6 +5,7 @@ harness must give each the right verdict with evidence naming the rank and the c
 """
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Any
 
@@ -72,6 +73,20 @@ class ExitsMidStep(DistributedDataParallel):
         self._forwards += 1
         if dist.get_rank() == 1 and self._forwards == 2:
             os._exit(3)
+        return super().forward(*inputs, **kwargs)
+
+
+class SegfaultsMidStep(DistributedDataParallel):
+    """Rank 1 reads address 0 in its second forward: killed by SIGSEGV mid-step."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._forwards = 0
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        self._forwards += 1
+        if dist.get_rank() == 1 and self._forwards == 2:
+            ctypes.string_at(0)
         return super().forward(*inputs, **kwargs)
 
 

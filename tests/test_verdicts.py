@@ -76,6 +76,16 @@ def test_a_rank_exiting_mid_step_is_a_crash_naming_it(runner: Runner) -> None:
     assert runner.run_case(scenario("gradients/mlp-adam"), "torch").verdict is Verdict.PASS
 
 
+def test_a_rank_killed_by_a_signal_is_a_crash_with_its_python_stack(runner: Runner) -> None:
+    result = runner.run_case(scenario("gradients/mlp-adam"), DEFECTIVE + "SegfaultsMidStep")
+    assert result.verdict is Verdict.CRASH
+    assert result.reason == "rank 1 died with signal SIGSEGV (11)"
+    # faulthandler's dump at the fatal signal: where in the candidate the rank died.
+    assert "Fatal Python error: Segmentation fault" in result.stacks[1]
+    assert "defective.py" in result.stacks[1] and "in forward" in result.stacks[1]
+    assert runner.run_case(scenario("gradients/mlp-adam"), "torch").verdict is Verdict.PASS
+
+
 def test_a_rank_raising_is_an_error_with_its_traceback(runner: Runner) -> None:
     result = runner.run_case(scenario("gradients/mlp-adam"), DEFECTIVE + "RaisesOnRank1")
     assert result.verdict is Verdict.ERROR
