@@ -49,7 +49,11 @@ class Adapter(ABC):
     capabilities: frozenset[str] = frozenset()
 
     @abstractmethod
-    def set_optimizer(self, factory: OptimizerFactory) -> None: ...
+    def set_optimizer(self, factory: OptimizerFactory) -> None:
+        """Build the optimizer with ``factory(parameters)``. Called once, right after
+        ``wrap`` and before parameters are first read, so a framework whose engine is built
+        around its optimizer (DeepSpeed, fairscale's ShardedDataParallel with OSS) builds
+        the engine here, init sync included."""
 
     @abstractmethod
     def forward(self, *inputs: Any) -> Any: ...

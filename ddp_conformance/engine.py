@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .candidate import Adapter, Candidate
+from .candidate import Adapter, Candidate, dense
 from .models import get_model
 from .procedure import batch, build_module, make_comm_hook, make_optimizer, synced
 from .scenario import Capability, Scenario
@@ -78,6 +78,9 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
     module = build_module(scenario, rank, device)
     try:
         adapter = candidate.wrap(module, process_group, device, **scenario.ddp_options)
+        # Right after wrapping, before anything is read: frameworks that build their
+        # engine around the optimizer (DeepSpeed, fairscale's OSS) do it, and sync, here.
+        adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
         if scenario.expect_error is None:
             raise
@@ -95,7 +98,6 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
 
     TRACER.phase("record")
     record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
-    adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
     at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
     hook = module.register_forward_pre_hook(
         lambda mod, args: at_forward.append(_snapshot(mod.named_buffers())))
@@ -156,7 +158,8 @@ def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
                 TRACER.phase("backward", step, mb)
                 adapter.backward(loss)
         TRACER.phase("record", step)
-        grads = adapter.gradients()
+        # The contract asks for dense gradients; a sparse one is densified, not an error.
+        grads = {n: None if g is None else dense(g) for n, g in adapter.gradients().items()}
         TRACER.phase("optimizer", step)
         adapter.step()
         TRACER.phase("record", step)

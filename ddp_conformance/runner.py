@@ -121,11 +121,17 @@ class Runner:
             mine = {r: records[r] for r in group}
             theirs = {r: reference[r] for r in group} if reference is not None else None
             oracle = self.oracle(scenario, group)
-            check_run(scenario, mine, oracle, evidence)
-            if theirs is not None:
-                check_reference(evidence, scenario, mine, theirs, oracle)
-            if self.config.trace:
-                check_trace(evidence, scenario, mine, oracle, theirs, strict)
+            try:
+                check_run(scenario, mine, oracle, evidence)
+                if theirs is not None:
+                    check_reference(evidence, scenario, mine, theirs, oracle)
+                if self.config.trace:
+                    check_trace(evidence, scenario, mine, oracle, theirs, strict)
+            except Exception as exc:  # noqa: BLE001 - records outside the contract: this case's error
+                return self._result(
+                    scenario, spec, Verdict.ERROR,
+                    f"the candidate's records could not be checked: {type(exc).__name__}: "
+                    f"{_last_line(str(exc)) if str(exc) else ''}")
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
         result.failures, result.figures, result.checks_run, result.notes = (
             evidence.failures, evidence.figures, evidence.checks, evidence.notes)
@@ -181,12 +187,21 @@ class Runner:
                 + "".join(f"; rank {r} at {_innermost_frame(s)}" for r, s in sorted(out.stacks.items())))
         result.tracebacks, result.stacks, result.exit_codes = out.tracebacks, out.stacks, out.exit_codes
         for rank, log in out.logs.items():
-            result.stacks.setdefault(rank, f"(process died; end of its output)\n{log}")
+            fatal = result.stacks.get(rank)
+            result.stacks[rank] = f"(process died; end of its output)\n{log}" + (
+                f"\n(its Python stacks at the fatal signal)\n{fatal}" if fatal else "")
         return result
 
 
 def _last_line(text: str) -> str:
+    """The exception line of a traceback (its first line if the message spans several),
+    else the text's last non-empty line."""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    frames = [i for i, ln in enumerate(lines) if ln.startswith('  File "')]
+    if frames:
+        after = [ln for ln in lines[frames[-1] + 1:] if not ln.startswith(" ")]
+        if after:
+            return after[0].strip()
     return lines[-1].strip() if lines else "(no traceback)"
 
 

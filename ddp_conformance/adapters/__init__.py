@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..candidate import Candidate
-from . import accelerate, fsdp, lightning, replicate, torch_python_reducer
+from . import (
+    accelerate,
+    deepspeed_engine,
+    fairscale_sharded,
+    fsdp,
+    lightning,
+    replicate,
+    torch_python_reducer,
+)
 
 ADAPTERS: dict[str, Callable[[], Candidate]] = {
     "torch-python-reducer": torch_python_reducer.candidate,
@@ -21,4 +29,8 @@ ADAPTERS: dict[str, Callable[[], Candidate]] = {
     "fsdp2": fsdp.fsdp2,
     "lightning": lightning.candidate,
     "accelerate": accelerate.candidate,
+    "deepspeed-zero0": deepspeed_engine.zero0,
+    "deepspeed-zero1": deepspeed_engine.zero1,
+    "deepspeed-zero2": deepspeed_engine.zero2,
+    "fairscale-sharded": fairscale_sharded.candidate,
 }
