@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .candidate import Adapter, Candidate, dense
+from .candidate import Adapter, Candidate
 from .models import get_model
 from .procedure import batch, build_module, make_comm_hook, make_optimizer, synced
 from .scenario import Capability, Scenario
@@ -158,8 +158,11 @@ def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
                 TRACER.phase("backward", step, mb)
                 adapter.backward(loss)
         TRACER.phase("record", step)
-        # The contract asks for dense gradients; a sparse one is densified, not an error.
-        grads = {n: None if g is None else dense(g) for n, g in adapter.gradients().items()}
+        # The contract asks for dense copies (Adapter.gradients makes them); a sparse one
+        # from a candidate of the user's own is densified here rather than left to fail
+        # the checks.
+        grads = {n: g.to_dense() if g is not None and g.is_sparse else g
+                 for n, g in adapter.gradients().items()}
         TRACER.phase("optimizer", step)
         adapter.step()
         TRACER.phase("record", step)

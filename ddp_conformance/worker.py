@@ -128,9 +128,9 @@ class Worker:
         import torch.distributed as dist
 
         gc.collect(1)
-        self._retired_groups = list(dist.distributed_c10d._world.pg_map) \
-            if dist.is_initialized() else []
+        self._retired_groups = []
         if dist.is_initialized():
+            self._retired_groups = list(dist.distributed_c10d._world.pg_map)
             dist.destroy_process_group()
 
     def _run(self, job: Job) -> Any:

@@ -62,46 +62,42 @@ class JoinHookDoesNotShadow(DistributedDataParallel):
         return _IdleJoinHook()
 
 
-class ExitsMidStep(DistributedDataParallel):
+class _FailsInRank1SecondForward(DistributedDataParallel):
+    """Rank 1 calls :meth:`fail` in its second forward, in the middle of a step."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._forwards = 0
+
+    def fail(self) -> None:
+        raise NotImplementedError
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        self._forwards += 1
+        if dist.get_rank() == 1 and self._forwards == 2:
+            self.fail()
+        return super().forward(*inputs, **kwargs)
+
+
+class ExitsMidStep(_FailsInRank1SecondForward):
     """Rank 1 calls ``os._exit(3)`` in its second forward, in the middle of a step."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._forwards = 0
-
-    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        self._forwards += 1
-        if dist.get_rank() == 1 and self._forwards == 2:
-            os._exit(3)
-        return super().forward(*inputs, **kwargs)
+    def fail(self) -> None:
+        os._exit(3)
 
 
-class SegfaultsMidStep(DistributedDataParallel):
+class SegfaultsMidStep(_FailsInRank1SecondForward):
     """Rank 1 reads address 0 in its second forward: killed by SIGSEGV mid-step."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._forwards = 0
-
-    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        self._forwards += 1
-        if dist.get_rank() == 1 and self._forwards == 2:
-            ctypes.string_at(0)
-        return super().forward(*inputs, **kwargs)
+    def fail(self) -> None:
+        ctypes.string_at(0)
 
 
-class RaisesOnRank1(DistributedDataParallel):
+class RaisesOnRank1(_FailsInRank1SecondForward):
     """Rank 1 raises in its second forward while rank 0 goes on into the collectives."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._forwards = 0
-
-    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        self._forwards += 1
-        if dist.get_rank() == 1 and self._forwards == 2:
-            raise RuntimeError("defective candidate: rank 1 gives up")
-        return super().forward(*inputs, **kwargs)
+    def fail(self) -> None:
+        raise RuntimeError("defective candidate: rank 1 gives up")
 
 
 class SyncsInsideNoSync(DistributedDataParallel):

@@ -8,7 +8,9 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+import torch
 import torch.distributed as dist
+from torch import nn
 
 from ..candidate import DDP_OPTIONS
 from ..errors import UsageError
@@ -73,3 +75,21 @@ def unknown_options(ddp_options: Mapping[str, Any]) -> None:
 
 def group_size(process_group: Any) -> int:
     return dist.get_world_size(process_group)
+
+
+def set_launcher_env(device: torch.device, **extra: str) -> None:
+    """Set what a launcher (torchrun, ``accelerate launch``, DeepSpeed's) would have set,
+    from the live default group, where absent: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``
+    (the CUDA device's index, else the rank: one machine), plus ``extra``."""
+    rank = dist.get_rank()
+    local = device.index if device.type == "cuda" and device.index is not None else rank
+    for key, value in {"RANK": str(rank), "WORLD_SIZE": str(dist.get_world_size()),
+                       "LOCAL_RANK": str(local), **extra}.items():
+        os.environ.setdefault(key, value)
+
+
+def bucket_elements(module: nn.Module, bucket_cap_mb: float) -> int:
+    """DDP's ``bucket_cap_mb`` as a bucket size in elements of the module's parameters
+    (frameworks that size buckets in elements: DeepSpeed, fairscale)."""
+    element = next((p.element_size() for p in module.parameters()), 4)
+    return int(bucket_cap_mb * 2**20) // element

@@ -15,7 +15,6 @@ reset before each wrap, since the harness reuses its rank processes across scena
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 
 import torch
@@ -24,25 +23,21 @@ from torch import Tensor, nn
 
 from ..candidate import Adapter, Candidate, OptimizerFactory
 from ..scenario import Capability
-from ._common import OptionPolicy, expectations_file, honoured, require, static_capabilities, version
+from ._common import (
+    OptionPolicy,
+    expectations_file,
+    honoured,
+    require,
+    set_launcher_env,
+    static_capabilities,
+    version,
+)
 
 NAME = "accelerate"
 POLICY: OptionPolicy = {o: None for o in (
     "broadcast_buffers", "bucket_cap_mb", "find_unused_parameters", "gradient_as_bucket_view",
     "static_graph")}
 FEATURES = (Capability.NO_SYNC,)
-
-
-def _set_launcher_env(device: torch.device) -> None:
-    """What ``accelerate launch``/torchrun would have set, taken from the live default group."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    defaults = {"RANK": str(rank), "WORLD_SIZE": str(world),
-                "LOCAL_RANK": str(device.index if device.type == "cuda" and device.index is not None
-                                  else rank),
-                "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    for key, value in defaults.items():
-        os.environ.setdefault(key, value)
 
 
 class AccelerateAdapter(Adapter):
@@ -54,7 +49,8 @@ class AccelerateAdapter(Adapter):
 
         if process_group not in (None, dist.group.WORLD):
             raise NotImplementedError("Accelerate wraps with the default process group only")
-        _set_launcher_env(device)
+        set_launcher_env(device, LOCAL_WORLD_SIZE=str(dist.get_world_size()),
+                         MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS=str(torch.get_num_threads()))
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
         PartialState._reset_state()

@@ -53,10 +53,19 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..candidate import Adapter, Candidate, OptimizerFactory
+from ..candidate import Adapter, Candidate, OptimizerFactory, dense
 from ..errors import UsageError
 from ..scenario import Capability
-from ._common import OptionPolicy, expectations_file, honoured, require, static_capabilities, version
+from ._common import (
+    OptionPolicy,
+    bucket_elements,
+    expectations_file,
+    honoured,
+    require,
+    set_launcher_env,
+    static_capabilities,
+    version,
+)
 
 #: A build lock older than this was left by a killed build: no build takes this long here.
 STALE_LOCK_S = 900.0
@@ -94,15 +103,6 @@ def _reset_process_state() -> None:
             cached.clear()
 
 
-def _set_launcher_env(device: torch.device) -> None:
-    """What DeepSpeed's launcher would have set, from the live default group."""
-    rank = dist.get_rank()
-    local = device.index if device.type == "cuda" and device.index is not None else rank
-    for key, value in {"RANK": str(rank), "WORLD_SIZE": str(dist.get_world_size()),
-                       "LOCAL_RANK": str(local)}.items():
-        os.environ.setdefault(key, value)
-
-
 class DeepSpeedAdapter(Adapter):
     def __init__(self, stage: int, module: nn.Module, process_group: Any, device: torch.device,
                  **ddp_options: Any) -> None:
@@ -119,8 +119,7 @@ class DeepSpeedAdapter(Adapter):
         zero: dict[str, Any] = {"stage": self.stage}
         cap_mb = self.ddp_options.get("bucket_cap_mb")
         if cap_mb is not None and self.stage >= 1:
-            itemsize = next(self.module.parameters()).element_size()
-            zero["reduce_bucket_size"] = max(1, int(cap_mb * 2**20 / itemsize))
+            zero["reduce_bucket_size"] = max(1, bucket_elements(self.module, cap_mb))
         return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                 "zero_optimization": zero, "zero_allow_untested_optimizer": True,
                 "gradient_clipping": 0.0,
@@ -129,7 +128,7 @@ class DeepSpeedAdapter(Adapter):
     def set_optimizer(self, factory: OptimizerFactory) -> None:
         import deepspeed
 
-        _set_launcher_env(self.device)
+        set_launcher_env(self.device)
         _reset_process_state()
         self.engine, _, _, _ = deepspeed.initialize(
             model=self.module, optimizer=factory(self.module.parameters()),
@@ -156,7 +155,7 @@ class DeepSpeedAdapter(Adapter):
         grads: dict[str, Tensor | None] = {}
         for name, param in self.module.named_parameters():
             grad = safe_get_full_grad(param)
-            grads[name] = None if grad is None else grad.detach().clone()
+            grads[name] = None if grad is None else dense(grad)
         return grads
 
 

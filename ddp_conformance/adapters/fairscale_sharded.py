@@ -51,6 +51,7 @@ from ..candidate import Adapter, Candidate, OptimizerFactory, dense
 from ..scenario import Capability
 from ._common import (
     OptionPolicy,
+    bucket_elements,
     expectations_file,
     honoured,
     require,
@@ -86,8 +87,7 @@ def _optimizer_spec(probe: torch.optim.Optimizer) -> tuple[type[torch.optim.Opti
 def _reduce_buffer_size(module: nn.Module, bucket_cap_mb: float | None) -> int:
     if bucket_cap_mb is None:
         return DEFAULT_REDUCE_BUFFER_SIZE
-    element = next((p.element_size() for p in module.parameters()), 4)
-    return max(0, int(bucket_cap_mb * 2**20) // element)
+    return max(0, bucket_elements(module, bucket_cap_mb))
 
 
 class FairscaleShardedAdapter(Adapter):

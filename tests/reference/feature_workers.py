@@ -186,7 +186,8 @@ def join_throw(rank: int, world_size: int) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- comm hooks
-def _hook_run(rank: int, impl: str, hook_name: str) -> list[list[torch.Tensor]]:
+def _hook_run(rank: int, impl: str, hook_name: str | None) -> list[list[torch.Tensor]]:
+    """Five steps of the comm-hook MLP under ``impl`` with ``hook_name`` (None: no hook)."""
     torch.manual_seed(7 + rank)
     model = models.MLP(width=48)
     # PowerSGD issues a second allreduce from inside a future callback; with several
@@ -197,7 +198,7 @@ def _hook_run(rank: int, impl: str, hook_name: str) -> list[list[torch.Tensor]]:
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     elif hook_name == "fp16":
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    else:
+    elif hook_name == "powersgd":
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                        start_powerSGD_iter=2, min_compression_rate=0.5,
                                        use_error_feedback=True, warm_start=True, random_seed=0)
@@ -213,23 +214,8 @@ def _hook_run(rank: int, impl: str, hook_name: str) -> list[list[torch.Tensor]]:
     return grads
 
 
-def _hook_run_without_hook(rank: int) -> list[list[torch.Tensor]]:
-    torch.manual_seed(7 + rank)
-    model = models.MLP(width=48)
-    ddp = IMPLS["torch"](model, bucket_cap_mb=0.004)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(70 + rank)
-    grads = []
-    for _ in range(5):
-        models.loss_of(ddp(torch.randn(6, 8, generator=gen))).backward()
-        grads.append([p.grad.clone() for p in model.parameters()])
-        opt.step()
-        opt.zero_grad()
-    return grads
-
-
 def comm_hooks(rank: int, world_size: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"plain": _hook_run_without_hook(rank)}
+    out: dict[str, Any] = {"plain": _hook_run(rank, "torch", None)}
     for hook_name in ("allreduce", "fp16", "powersgd"):
         out[hook_name] = {impl: _hook_run(rank, impl, hook_name) for impl in IMPLS}
     return out
