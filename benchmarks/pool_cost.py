@@ -16,9 +16,10 @@ import time
 
 from tabulate import tabulate
 
-from ddp_conformance.catalog import load_catalog
-from ddp_conformance.runner import RunConfig, Runner
-from ddp_conformance.verdict import Verdict
+from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.config import RunConfig
+from ddp_conformance.judge.verdict import Verdict
+from ddp_conformance.runner import Runner
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """``python -m ddp_conformance`` is ``ddp-conformance``."""
 import sys
 
-from .cli import main
+from ddp_conformance.cli import main
 
 sys.exit(main())

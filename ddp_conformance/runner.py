@@ -1,28 +1,32 @@
-"""Runs (scenario, candidate) cases on the rank pool and turns what happened into verdicts.
+"""Runs (scenario, candidate) cases on the ranks and turns what happened into verdicts.
 
-Shared by the command line and the pytest plugin, so both give the same verdicts. The
-oracle of a scenario is computed once per run (it does not depend on the candidate).
+A :class:`Runner` owns the transport (the rank pool, or torchrun's ranks), the resolved
+candidates and the per-run caches (one oracle per scenario and DDP group, one reference
+run per scenario: neither depends on the candidate). The run loop around it, shared by the
+command line and the pytest plugin, is :mod:`ddp_conformance.session`.
 """
 from __future__ import annotations
 
-import os
-import re
 import time
-from dataclasses import dataclass, field
 
 import torch
 
-from .candidate import Candidate, resolve_candidate
-from .checks import Evidence, check_reference, check_run
-from .engine import RankRecord, missing_capabilities
-from .environment import validate
-from .expectations import Expectations
-from .jobs import Job
-from .oracle import OracleRecord, run_oracle
-from .pool import Outcome, Pool, RankPool
-from .scenario import Scenario
-from .trace_checks import check_trace
-from .verdict import Result, Verdict, describe_exit
+from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
+from ddp_conformance.config import RunConfig
+from ddp_conformance.contract.candidate import Candidate
+from ddp_conformance.contract.registry import resolve_candidate
+from ddp_conformance.judge.evidence import Evidence
+from ddp_conformance.judge.expectations import Expectations
+from ddp_conformance.judge.failures import failed_run, last_line
+from ddp_conformance.judge.oracle import OracleRecord, run_oracle
+from ddp_conformance.judge.run import judge_group
+from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.ranks.environment import validate
+from ddp_conformance.ranks.messages import Job
+from ddp_conformance.ranks.pool import Pool, RankPool
+from ddp_conformance.ranks.records import RankRecord
+
+__all__ = ["RunConfig", "Runner"]
 
 #: Gloo's own collective timeout: longer than the scenario deadline, so that a hang is
 #: reported by the harness (with stacks) and not by the backend.
@@ -30,24 +34,6 @@ COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
 REFERENCE = "reference"
 #: Candidates held to the strict profile always: torch's DDP and the reference.
 STRICT_CANDIDATES = frozenset({"torch", REFERENCE})
-
-
-@dataclass
-class RunConfig:
-    candidates: list[str] = field(default_factory=lambda: ["torch"])
-    backend: str = "gloo"
-    device: str = "cpu"
-    world_size: int = 2
-    timeout_s: float = 60.0
-    pool: str = "persistent"  # or "fresh"
-    expectations: str | None = None
-    #: Also compare every candidate with the reference DDP run on the same scenario.
-    compare_with_reference: bool = True
-    #: Trace collectives at the process-group level and check them.
-    trace: bool = True
-    #: Enforce the strict profile (bucket layout equal to the reference's) for every
-    #: candidate, not only for torch and reference.
-    strict_profile: bool = False
 
 
 class Runner:
@@ -109,7 +95,8 @@ class Runner:
                   seed=scenario.seed, scenario=scenario, candidate=spec, trace=self.config.trace)
         outcome = self.pool.run(job, self.config.timeout_s)
         if outcome.status != "done":
-            return self._failed_run(scenario, spec, outcome)
+            return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
+                              self.config.timeout_s)
         records: dict[int, RankRecord] = outcome.results
         na = {r.not_applicable for r in records.values() if r.not_applicable}
         if na:
@@ -122,16 +109,13 @@ class Runner:
             theirs = {r: reference[r] for r in group} if reference is not None else None
             oracle = self.oracle(scenario, group)
             try:
-                check_run(scenario, mine, oracle, evidence)
-                if theirs is not None:
-                    check_reference(evidence, scenario, mine, theirs, oracle)
-                if self.config.trace:
-                    check_trace(evidence, scenario, mine, oracle, theirs, strict)
+                judge_group(evidence, scenario, mine, oracle, theirs, strict=strict,
+                            trace=self.config.trace)
             except Exception as exc:  # noqa: BLE001 - records outside the contract: this case's error
                 return self._result(
                     scenario, spec, Verdict.ERROR,
                     f"the candidate's records could not be checked: {type(exc).__name__}: "
-                    f"{_last_line(str(exc)) if str(exc) else ''}")
+                    f"{last_line(str(exc)) if str(exc) else ''}")
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
         result.failures, result.figures, result.checks_run, result.notes = (
             evidence.failures, evidence.figures, evidence.checks, evidence.notes)
@@ -167,66 +151,3 @@ class Runner:
             device = torch.device("cpu")  # the oracle's models are small; see SPEC.md
             self._oracles[key] = run_oracle(scenario, group, device, self.pool.threads)
         return self._oracles[key]
-
-    def _failed_run(self, scenario: Scenario, spec: str, out: Outcome) -> Result:
-        if out.status == "crash":
-            rank, code = min(out.exit_codes.items())
-            result = self._result(scenario, spec, Verdict.CRASH,
-                                  f"rank {rank} died with {describe_exit(code)}")
-        elif out.status == "raised":
-            primary = {r: tb for r, tb in out.tracebacks.items() if r not in out.released} \
-                or out.tracebacks
-            rank = min(primary)
-            result = self._result(scenario, spec, Verdict.ERROR,
-                                  f"rank {rank} raised {_last_line(primary[rank])}")
-        else:
-            result = self._result(
-                scenario, spec, Verdict.TIMEOUT,
-                f"no progress within {self.config.timeout_s:g}s: rank(s) "
-                f"{', '.join(map(str, sorted(out.stacks)))} still running"
-                + "".join(f"; rank {r} at {_innermost_frame(s)}" for r, s in sorted(out.stacks.items())))
-        result.tracebacks, result.stacks, result.exit_codes = out.tracebacks, out.stacks, out.exit_codes
-        for rank, log in out.logs.items():
-            fatal = result.stacks.get(rank)
-            result.stacks[rank] = f"(process died; end of its output)\n{log}" + (
-                f"\n(its Python stacks at the fatal signal)\n{fatal}" if fatal else "")
-        return result
-
-
-def _last_line(text: str) -> str:
-    """The exception line of a traceback (its first line if the message spans several),
-    else the text's last non-empty line."""
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    frames = [i for i, ln in enumerate(lines) if ln.startswith('  File "')]
-    if frames:
-        after = [ln for ln in lines[frames[-1] + 1:] if not ln.startswith(" ")]
-        if after:
-            return after[0].strip()
-    return lines[-1].strip() if lines else "(no traceback)"
-
-
-_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
-_HARNESS_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}ddp_conformance{os.sep}", "<frozen ")
-
-
-def _innermost_frame(stack: str) -> str:
-    """Where a stuck rank is: its innermost frame, and the innermost one in user code.
-
-    faulthandler lists every thread, the current (main) one marked, most recent call first.
-    """
-    blocks = stack.split("\n\n")
-    current = next((b for b in blocks if b.lstrip().startswith("Current thread")), blocks[0])
-    frames = [m.groupdict() for m in _FRAME.finditer(current)]
-    if not frames:
-        return "(unknown)"
-
-    def show(f: dict[str, str]) -> str:
-        return f"{f['func']} ({os.path.basename(f['path'])}:{f['line']})"
-
-    where = show(frames[0])
-    if "Garbage-collecting" in current.split("File ", 1)[0]:
-        where = f"garbage collection in {where}"
-    caller = next((f for f in frames if not any(p in f["path"] for p in _HARNESS_PARTS)), None)
-    if caller is not None and caller is not frames[0]:
-        where += f" called from {show(caller)}"
-    return where

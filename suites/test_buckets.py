@@ -4,7 +4,7 @@ Besides the gradient checks, the collective trace checks that each synced backwa
 every gradient element exactly once, the same on every rank, and (strict profile) in the
 same bucket layout as torch's DDP.
 """
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("buckets/mlp-tiny-cap", "mlp", ddp_options={"bucket_cap_mb": 0.001},

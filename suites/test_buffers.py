@@ -1,5 +1,5 @@
 """Buffers: with ``broadcast_buffers`` every synced forward starts from rank 0's buffers."""
-from ddp_conformance.scenario import Accumulate, Scenario
+from ddp_conformance import Accumulate, Scenario
 
 SCENARIOS = [
     Scenario("buffers/conv-bn-broadcast", "conv_bn", steps=3, optimizer="sgd_momentum",

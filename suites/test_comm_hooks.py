@@ -1,5 +1,5 @@
 """Comm hooks: torch's built-in hooks registered on the candidate."""
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("comm-hooks/allreduce", "mlp", comm_hook="allreduce",

@@ -1,5 +1,5 @@
 """Errors DDP must raise, on every rank, without hanging."""
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("errors/comm-hook-registered-twice", "mlp", comm_hook="allreduce",

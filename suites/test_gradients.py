@@ -3,7 +3,7 @@
 The exact-valued scenarios (nccl-tests style) use data whose every sum is exact in any
 order, so a correct DDP equals the oracle bitwise at any world size.
 """
-from ddp_conformance.scenario import Accumulate, Scenario
+from ddp_conformance import Accumulate, Scenario
 
 SCENARIOS = [
     Scenario("gradients/mlp-sgd", "mlp", steps=4,

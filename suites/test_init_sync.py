@@ -1,5 +1,5 @@
 """Init sync: DDP's constructor makes every rank start from rank 0's weights."""
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("init-sync/per-rank-weights", "mlp", init="per_rank", min_world_size=2,

@@ -1,5 +1,5 @@
 """Join: uneven inputs, shadowed collectives, divisor, final model sync, early termination."""
-from ddp_conformance.scenario import JoinSpec, Scenario
+from ddp_conformance import JoinSpec, Scenario
 
 SCENARIOS = [
     Scenario("join/uneven-divide-by-initial", "mlp", steps=4, min_world_size=2,

@@ -1,5 +1,5 @@
 """Model structures: frozen, tied and reused parameters, embeddings dense and sparse."""
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("models/frozen", "frozen",

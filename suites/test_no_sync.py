@@ -1,5 +1,5 @@
 """no_sync: gradients accumulate locally; the next synced backward reduces the sum."""
-from ddp_conformance.scenario import Accumulate, Scenario
+from ddp_conformance import Accumulate, Scenario
 
 SCENARIOS = [
     Scenario("no-sync/window-of-3", "mlp", microbatches=3, accumulate=Accumulate.NO_SYNC,

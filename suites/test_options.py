@@ -1,5 +1,5 @@
 """Constructor options: gradient_as_bucket_view, static_graph, zero_grad both ways."""
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("options/gradient-as-bucket-view", "mlp", steps=3,

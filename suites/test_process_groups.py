@@ -3,7 +3,7 @@
 Broadcasts come from the group's rank 0 (a global rank that need not be 0), reductions
 stay inside the group, and the divisor is the group's size.
 """
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("process-groups/two-pairs-in-four", "mlp", groups=((0, 1), (2, 3)),

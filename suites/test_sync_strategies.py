@@ -4,7 +4,7 @@
 microbatch synced; ``forced_sync``: every microbatch in no_sync, then one allreduce per
 gradient. All three must give the averaged accumulated gradient.
 """
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario(f"sync-strategy/{strategy.replace('_', '-')}-{mbs}-microbatch"

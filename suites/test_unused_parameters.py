@@ -1,5 +1,5 @@
 """Unused parameters: ``find_unused_parameters``, used on some ranks, always, alternately."""
-from ddp_conformance.scenario import Accumulate, Scenario
+from ddp_conformance import Accumulate, Scenario
 
 SCENARIOS = [
     Scenario("unused/used-on-some-ranks", "unused_on_rank1", min_world_size=2,

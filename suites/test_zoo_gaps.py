@@ -9,7 +9,7 @@ a bucket of its own, so the rebuilt layouts differ. A DDP that keeps its local l
 step 1 on. No other scenario combines a rank-dependent ready order with several buckets
 and a layout rebuild (``find_unused_parameters`` does not rebuild).
 """
-from ddp_conformance.scenario import Scenario
+from ddp_conformance import Scenario
 
 SCENARIOS = [
     Scenario("gaps/static-graph-unused-on-some-ranks-tiny-cap", "unused_on_rank1",

@@ -5,7 +5,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ddp_conformance.runner import RunConfig, Runner
+from ddp_conformance.config import RunConfig
+from ddp_conformance.runner import Runner
 
 DEFECTIVE = "tests.defective:"
 CANDIDATES = ["torch", "tests.limited:ForwardOnly", "tests.limited:torch_ddp_factory",

@@ -16,8 +16,9 @@ import atexit
 from collections.abc import Callable
 from typing import Any
 
-from ddp_conformance.jobs import Job
-from ddp_conformance.pool import RankPool, describe_outcome
+from ddp_conformance.ranks.messages import Job
+from ddp_conformance.ranks.outcome import describe_outcome
+from ddp_conformance.ranks.pool import RankPool
 
 _POOLS: dict[int, RankPool] = {}
 

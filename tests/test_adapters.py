@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from ddp_conformance.adapters import ADAPTERS
-from ddp_conformance.catalog import load_catalog
+from ddp_conformance.builtins import ADAPTERS
+from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.config import RunConfig
 from ddp_conformance.errors import UsageError
-from ddp_conformance.expectations import Expectations
-from ddp_conformance.runner import RunConfig, Runner
-from ddp_conformance.verdict import Verdict
+from ddp_conformance.judge.expectations import Expectations
+from ddp_conformance.judge.verdict import Verdict
+from ddp_conformance.runner import Runner
 
 TORCH_NATIVE = ["replicate", "fsdp-no-shard", "fsdp-full-shard", "fsdp2", "torch-python-reducer"]
 PACKAGED = {"lightning": "pytorch_lightning", "accelerate": "accelerate",
@@ -30,14 +31,14 @@ SMOKE = ("gradients/mlp-adam", "no-sync/window-of-3")
 
 
 def test_every_adapter_is_a_builtin() -> None:
-    from ddp_conformance.candidate import builtin_candidates
+    from ddp_conformance.contract.registry import builtin_candidates
 
     assert set(TORCH_NATIVE) | set(PACKAGED) <= set(builtin_candidates())
 
 
 @pytest.mark.parametrize("name", sorted(ADAPTERS))
 def test_shipped_expectations_parse_and_give_reasons(name: str) -> None:
-    path = os.path.join(os.path.dirname(__import__("ddp_conformance.adapters").adapters.__file__),
+    path = os.path.join(os.path.dirname(__import__("ddp_conformance.builtins").builtins.__file__),
                         "expectations", f"{name}.txt")
     if not os.path.exists(path):
         pytest.skip(f"{name} ships no expectations")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddp_conformance.environment import validate
 from ddp_conformance.errors import UsageError
+from ddp_conformance.ranks.environment import validate
 
 
 def test_gloo_cpu_is_always_fine() -> None:

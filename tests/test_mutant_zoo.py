@@ -12,7 +12,7 @@ check named there exists.
 """
 from __future__ import annotations
 
-from ddp_conformance.verdict import Verdict
+from ddp_conformance.judge.verdict import Verdict
 from tests.mutants import gap_mutants, zoo
 from tests.mutants.hunt import hunt, table
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ddp_conformance.oracle import run_oracle
-from ddp_conformance.procedure import batch, build_module
-from ddp_conformance.scenario import JoinSpec, Scenario
+from ddp_conformance.catalog.procedure import batch, build_module
+from ddp_conformance.catalog.scenario import JoinSpec, Scenario
+from ddp_conformance.judge.oracle import run_oracle
 
 CPU = torch.device("cpu")
 
@@ -14,7 +14,7 @@ def local_grads(scenario: Scenario, rank: int, step: int, world_size: int) -> di
     """One rank's local gradient at the initial weights, computed directly."""
     model = build_module(scenario, 0, CPU)
     inputs, target = batch(scenario, rank, step, 0, world_size, CPU)
-    from ddp_conformance.models import get_model
+    from ddp_conformance.catalog.models import get_model
 
     get_model(scenario.model).loss(model(*inputs), target).backward()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

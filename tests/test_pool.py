@@ -7,8 +7,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from ddp_conformance.jobs import Job
-from ddp_conformance.pool import RankPool
+from ddp_conformance.ranks.messages import Job
+from ddp_conformance.ranks.pool import RankPool
 
 
 def allreduce_rank(rank: int, world_size: int, k: float) -> float:

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from ddp_conformance.cli import main
+from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 from ddp_conformance.report import load_results, write_report_set
 from ddp_conformance.report.common import divergences, per_parameter
 from ddp_conformance.report.compare import classify_timing, classify_verdict, compare_dirs
+from ddp_conformance.report.stream import ResultsWriter
 from ddp_conformance.report.timing import bus_bandwidth, quartiles, round_ratios
-from ddp_conformance.results import ResultsWriter
-from ddp_conformance.verdict import CheckFailure, Figure, Result, Verdict
 
 INFO: dict[str, Any] = {"type": "run", "started": "2026-01-01T00:00:00+00:00", "torch": "2.13.0",
                         "python": "3.11", "platform": "linux", "host": "h", "cpu_count": 2,

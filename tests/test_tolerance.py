@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from ddp_conformance.tolerance import distance, rtol_for, ulp_distance
+from ddp_conformance.judge.tolerance import distance, rtol_for, ulp_distance
 
 
 def reduce_like_ddp(grads: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ddp_conformance.torchrun import detect
+from ddp_conformance.ranks.torchrun import detect
 
 
 def _free_port() -> int:

@@ -1,9 +1,9 @@
 """The collective trace catches what values alone cannot."""
 from __future__ import annotations
 
-from ddp_conformance.catalog import load_catalog
+from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.judge.verdict import Verdict
 from ddp_conformance.runner import Runner
-from ddp_conformance.verdict import Verdict
 
 from .conftest import DEFECTIVE
 

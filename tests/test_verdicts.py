@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from ddp_conformance.catalog import load_catalog
+from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.judge.verdict import Verdict
 from ddp_conformance.runner import Runner
-from ddp_conformance.scenario import Scenario
-from ddp_conformance.verdict import Verdict
 
 from .conftest import DEFECTIVE
 

@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ..candidate import resolve_candidate
-from ..environment import validate
-from ..errors import UsageError
-from ..pool import RankPool
+from ddp_conformance.contract.registry import resolve_candidate
+from ddp_conformance.errors import UsageError
+from ddp_conformance.ranks.environment import validate
+from ddp_conformance.ranks.pool import RankPool
+
 from ..report import BENCH_FILE, load_bench, write_report_set
 from ..report.gitstate import project_git_state
 from ..report.timing import BASELINE, timing_markdown

@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..candidate import resolve_candidate
+from ddp_conformance.contract.registry import resolve_candidate
+
 from .busbw import Event, TracingPG, busy_time
 from .models import MODELS, size_of
 

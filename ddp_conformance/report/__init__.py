@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..verdict import Result
+from ddp_conformance.judge.verdict import Result
+
 from .load import BENCH_FILE, RESULTS_FILE, RunData, load_bench, load_results
 
 SUMMARY_FILE = "summary.md"
@@ -47,7 +48,7 @@ def render(directory: str, info: dict[str, Any] | None, results: list[Result], n
 
 def write_report_set(directory: str) -> list[str]:
     """Re-render the report set from ``DIR/results.jsonl`` and/or ``DIR/bench.json``."""
-    from ..errors import UsageError
+    from ddp_conformance.errors import UsageError
 
     has_results = os.path.exists(os.path.join(directory, RESULTS_FILE))
     bench = load_bench(directory)

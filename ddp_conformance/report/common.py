@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..verdict import Figure, Result, Verdict
+from ddp_conformance.judge.verdict import Figure, Result, Verdict
 
 #: Verdict order in tables and counts, best first.
 VERDICT_ORDER = [v.value for v in (Verdict.PASS, Verdict.XFAIL, Verdict.XPASS, Verdict.NA,

@@ -14,8 +14,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..errors import UsageError
-from ..verdict import Verdict
+from ddp_conformance.errors import UsageError
+from ddp_conformance.judge.verdict import Verdict
+
 from .load import BENCH_FILE, RESULTS_FILE, load_bench, load_results
 from .timing import flat, quartiles
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..verdict import Result, Verdict, describe_exit
+from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.ranks.outcome import describe_exit
+
 from . import plots
 from .common import (
     DIVERGENCE_HEADER,

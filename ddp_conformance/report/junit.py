@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..verdict import Result, Verdict
+from ddp_conformance.judge.verdict import Result, Verdict
+
 from .common import count_verdicts, divergence_row, divergences
 
 

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UsageError
-from ..verdict import CheckFailure, Figure, Result, Verdict
+from ddp_conformance.errors import UsageError
+from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 
 RESULTS_FILE = "results.jsonl"
 BENCH_FILE = "bench.json"

@@ -5,7 +5,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..verdict import Result, Verdict
+from ddp_conformance.judge.verdict import Result, Verdict
+
 from .common import (
     DIVERGENCE_HEADER,
     count_verdicts,
@@ -56,7 +57,7 @@ def case_markdown(r: Result) -> list[str]:
         for rank, text in sorted(texts.items()):
             lines += [f"rank {rank} {kind}:", "", "```", _tail(text), "```", ""]
     for rank, code in sorted(r.exit_codes.items()):
-        from ..verdict import describe_exit
+        from ddp_conformance.ranks.outcome import describe_exit
 
         lines += [f"rank {rank} ended with {describe_exit(code)}", ""]
     return lines

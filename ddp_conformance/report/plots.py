@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 
-from ..verdict import Result  # noqa: E402
+from ddp_conformance.judge.verdict import Result  # noqa: E402
+
 from .timing import BASELINE, breakdown, flat, keyed, model_rows, quartiles  # noqa: E402
 
 FLOOR = 1e-12  # zero error drawn here on the log scale

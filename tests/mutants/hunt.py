@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ddp_conformance.catalog import load_catalog
-from ddp_conformance.runner import RunConfig, Runner
-from ddp_conformance.scenario import Scenario
-from ddp_conformance.verdict import Result, Verdict
+from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.config import RunConfig
+from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.runner import Runner
 
 CAUGHT = frozenset({Verdict.FAIL, Verdict.ERROR, Verdict.TIMEOUT, Verdict.CRASH})
 REFERENCE = "reference"

@@ -1,0 +1,229 @@
+"""A scenario is data: which model, which data, which DDP options, which procedure.
+
+Everything a rank or the oracle needs to rebuild any rank's batch is in the scenario and
+the (rank, step, microbatch) coordinates, so a scenario pickles to a few hundred bytes and
+every process derives the same tensors from it. What a scenario needs from a candidate
+(``no_sync``, Join, comm hooks, constructor options) is derived from what it does, not
+listed by hand, so it cannot drift.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddp_conformance.contract.capability import Capability
+from ddp_conformance.contract.capability import missing_capabilities as _missing
+
+
+class StringEnum(str, enum.Enum):
+    """A string-valued choice (Composer's ``StringEnum``): scenarios may name a member by
+    its value, and the value is converted, and checked, when the scenario is built."""
+
+    @classmethod
+    def convert(cls, value: str | StringEnum, field_name: str, scenario_id: str) -> Any:
+        try:
+            return cls(value)
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in cls)
+            raise ValueError(f"scenario {scenario_id!r}: {field_name}={value!r} is not one of "
+                             f"{choices}") from None
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Accumulate(StringEnum):
+    """How the microbatches of one optimizer step are reduced.
+
+    ``SYNC_EACH``: every microbatch's backward synchronises (DDP without ``no_sync``; the
+    reduced gradients accumulate). ``NO_SYNC``: all but the last microbatch run inside
+    ``no_sync()`` and accumulate locally; the last one's backward reduces the sum.
+    """
+
+    SYNC_EACH = "sync_each"
+    NO_SYNC = "no_sync"
+
+
+class Optimizer(StringEnum):
+    """The scenario's optimizer (``catalog.procedure.make_optimizer``)."""
+
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd_momentum"
+    ADAM = "adam"
+    #: SGD sharded by ``ZeroRedundancyOptimizer`` (plain SGD for the oracle).
+    ZERO_SGD = "zero_sgd"
+
+
+class Init(StringEnum):
+    """How ranks build their initial weights: identical, or each its own (only DDP's init
+    sync makes them equal)."""
+
+    SAME = "same"
+    PER_RANK = "per_rank"
+
+
+class SyncStrategy(StringEnum):
+    """Composer's gradient-accumulation sync strategies (``ddp_reference.SyncStrategy``)."""
+
+    SINGLE_AUTO_SYNC = "single_auto_sync"
+    MULTI_AUTO_SYNC = "multi_auto_sync"
+    FORCED_SYNC = "forced_sync"
+
+
+class CommHook(StringEnum):
+    """torch's comm hooks a scenario may register (``catalog.procedure.make_comm_hook``)."""
+
+    ALLREDUCE = "allreduce"
+    FP16_COMPRESS = "fp16_compress"
+    #: An allreduce whose future returns a new tensor (DDP must copy what it returns).
+    ALLREDUCE_TO_NEW_TENSOR = "allreduce_to_new_tensor"
+    POWERSGD = "powersgd"
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """Uneven inputs under ``torch.distributed.algorithms.Join``.
+
+    Rank ``r`` runs ``max(1, steps - r * fewer_steps_per_rank)`` steps, so higher ranks
+    run out of data first and join early; the keywords go to every joinable's hook.
+    """
+
+    fewer_steps_per_rank: int = 1
+    divide_by_initial_world_size: bool = True
+    throw_on_early_termination: bool = False
+
+    def steps_for(self, rank: int, steps: int) -> int:
+        return max(1, steps - rank * self.fewer_steps_per_rank)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One conformance scenario.
+
+    ``model`` names a builder in :mod:`ddp_conformance.models`; ``init`` is ``"same"``
+    (every rank builds identical weights) or ``"per_rank"`` (each rank seeds its own, so
+    only DDP's init sync makes them equal). ``ddp_options`` go to the candidate's
+    constructor. ``exact`` demands bitwise equality with the oracle (data chosen so every
+    sum is exact in any order).
+    """
+
+    id: str
+    model: str
+    description: str = ""
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    steps: int = 3
+    batch_size: int = 4
+    microbatches: int = 1
+    accumulate: Accumulate = Accumulate.SYNC_EACH
+    optimizer: Optimizer = Optimizer.SGD
+    lr: float = 0.05
+    zero_grad_set_to_none: bool = True
+    ddp_options: dict[str, Any] = field(default_factory=dict)
+    init: Init = Init.SAME
+    join: JoinSpec | None = None
+    exact: bool = False
+    seed: int = 1234
+    min_world_size: int = 1
+    #: Exact world sizes the scenario is defined for (process-group scenarios), if any.
+    world_sizes: tuple[int, ...] | None = None
+    #: Backends on which torch itself can run the scenario reliably, if not all (the
+    #: reason is written next to the scenario).
+    backends: tuple[str, ...] | None = None
+    #: DDP process groups as global rank lists, created with ``new_group`` on every rank;
+    #: each rank trains in the group holding it (idle if none). None: the world.
+    groups: tuple[tuple[int, ...], ...] | None = None
+    #: Check that each synced backward reduces every gradient element once (off for
+    #: compressing comm hooks such as PowerSGD, and for sparse gradients).
+    trace_volume: bool = True
+    #: Composer's gradient-accumulation strategy driving the microbatches
+    #: (``single_auto_sync``, ``multi_auto_sync``, ``forced_sync``), instead of ``accumulate``.
+    sync_strategy: SyncStrategy | None = None
+    #: A torch comm hook registered after wrapping: ``allreduce``, ``fp16_compress``,
+    #: ``powersgd``.
+    comm_hook: CommHook | None = None
+    #: How many times the comm hook is registered (2: DDP must refuse the second).
+    comm_hook_registrations: int = 1
+    #: Tolerance override (norm-wise rtol) where the scenario changes the arithmetic, with
+    #: the argument written next to the scenario.
+    rtol: float | None = None
+    #: Compare with the oracle after a rank has joined (off only where the procedure
+    #: legitimately leaves the single-process trajectory then, said next to the scenario;
+    #: the reference and replica checks still apply).
+    oracle_after_join: bool = True
+    #: The error every rank must raise (a regular expression on "Type: message"); the
+    #: checks then require it on every rank and compare only the steps before it.
+    expect_error: str | None = None
+
+    def __post_init__(self) -> None:
+        """Convert the enum fields given by value, and refuse what cannot run."""
+        convert = {"accumulate": Accumulate, "optimizer": Optimizer, "init": Init,
+                   "sync_strategy": SyncStrategy, "comm_hook": CommHook}
+        for name, enum_type in convert.items():
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, enum_type.convert(value, name, self.id))
+        from ddp_conformance.contract.capability import DDP_OPTIONS
+
+        unknown = sorted(set(self.ddp_options) - set(DDP_OPTIONS))
+        if unknown:
+            raise ValueError(f"scenario {self.id!r}: unknown DDP options {unknown}; known: "
+                             f"{', '.join(DDP_OPTIONS)}")
+        for name, value, least in (("steps", self.steps, 1), ("batch_size", self.batch_size, 1),
+                                   ("microbatches", self.microbatches, 1),
+                                   ("min_world_size", self.min_world_size, 1),
+                                   ("comm_hook_registrations", self.comm_hook_registrations, 1)):
+            if value < least:
+                raise ValueError(f"scenario {self.id!r}: {name} must be at least {least}, "
+                                 f"got {value}")
+
+    @property
+    def needs(self) -> frozenset[str]:
+        needs: set[str] = {Capability.option(name) for name in self.ddp_options}
+        if self.accumulate is Accumulate.NO_SYNC and self.microbatches > 1:
+            needs.add(Capability.NO_SYNC.value)
+        if self.join is not None:
+            needs.add(Capability.JOIN.value)
+        if self.sync_strategy is not None:
+            needs.add(Capability.SYNC_STRATEGY.value)
+        if self.comm_hook is not None:
+            needs.add(Capability.COMM_HOOK.value)
+        return frozenset(needs)
+
+    def steps_for(self, group_rank: int) -> int:
+        """How many optimizer steps the group's rank runs (fewer on high ranks under Join)."""
+        return self.join.steps_for(group_rank, self.steps) if self.join else self.steps
+
+    def groups_for(self, world_size: int) -> list[list[int]]:
+        """The DDP groups (global ranks) at ``world_size``."""
+        return [list(g) for g in self.groups] if self.groups else [list(range(world_size))]
+
+    def unsupported_backend(self, backend: str) -> str:
+        """Why the scenario cannot run on ``backend`` ('' if it can)."""
+        if self.backends is not None and backend not in self.backends:
+            return f"needs backend {' or '.join(self.backends)} (torch cannot run it on {backend})"
+        return ""
+
+    def unsupported_world_size(self, world_size: int) -> str:
+        """Why the scenario means nothing at ``world_size`` ('' if it does)."""
+        if self.world_sizes is not None and world_size not in self.world_sizes:
+            return f"defined for world size {' or '.join(map(str, self.world_sizes))}"
+        if world_size < self.min_world_size:
+            return f"needs world size >= {self.min_world_size}"
+        return ""
+
+    def broadcasts_buffers(self) -> bool:
+        return bool(self.ddp_options.get("broadcast_buffers", True))
+
+    def init_seed(self, rank: int) -> int:
+        """Seed of the model's initial weights on ``rank``."""
+        return self.seed + (7919 * rank if self.init is Init.PER_RANK else 0)
+
+    def data_seed(self, rank: int, step: int, microbatch: int) -> int:
+        """Seed of one rank's batch: every process rebuilds any rank's batch from it."""
+        return (self.seed * 1_000_003 + rank * 10_007 + step * 101 + microbatch + 1) % (2**63)
+
+
+def missing_capabilities(scenario: Scenario, capabilities: frozenset[str]) -> str:
+    """The N/A reason, or '' when the candidate has everything the scenario needs."""
+    return _missing(scenario.needs, capabilities)

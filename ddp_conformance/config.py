@@ -1,0 +1,27 @@
+"""What one run is asked to do: candidates, backend, device, world size, deadlines.
+
+Built from the command line or from pytest's options through the one option table
+(:mod:`ddp_conformance.options`), so both routes configure the same :class:`RunConfig`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunConfig:
+    candidates: list[str] = field(default_factory=lambda: ["torch"])
+    backend: str = "gloo"
+    device: str = "cpu"
+    world_size: int = 2
+    #: Deadline of one case, in seconds.
+    timeout_s: float = 60.0
+    pool: str = "persistent"  # or "fresh"
+    expectations: str | None = None
+    #: Also compare every candidate with the reference DDP run on the same scenario.
+    compare_with_reference: bool = True
+    #: Trace collectives at the process-group level and check them.
+    trace: bool = True
+    #: Enforce the strict profile (bucket layout equal to the reference's, torch's exact
+    #: wire dtype) for every candidate, not only for torch and reference.
+    strict_profile: bool = False

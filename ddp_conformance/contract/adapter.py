@@ -1,0 +1,106 @@
+"""The adapter: what the engine drives on each rank (SPEC.md, "The candidate contract").
+
+One :class:`Adapter` per rank and scenario, returned by ``Candidate.wrap``. The engine calls,
+in this order: ``set_optimizer`` once; ``register_comm_hook`` where the scenario has a hook;
+then per optimizer step ``zero_grad``, per microbatch ``forward`` and ``backward`` (inside
+``no_sync``, ``sync_context`` or ``join`` where the scenario says), ``gradients``, ``step``,
+``parameters`` and ``buffers``. :class:`WrappedModuleAdapter` is the adapter of every
+candidate that keeps torch's training loop (``loss.backward(); opt.step()``).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager as ContextManager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+class Adapter(ABC):
+    """What the engine drives on each rank: one wrapped model and its optimizer.
+
+    It must report *full* gradients and parameters keyed by the wrapped module's parameter
+    names, even where the candidate shards them (DeepSpeed, FSDP), so that every check can
+    compare them with the oracle.
+    """
+
+    module: nn.Module
+    capabilities: frozenset[str] = frozenset()
+
+    @abstractmethod
+    def set_optimizer(self, factory: OptimizerFactory) -> None:
+        """Build the optimizer with ``factory(parameters)``. Called once, right after
+        ``wrap`` and before parameters are first read, so a framework whose engine is built
+        around its optimizer (DeepSpeed, fairscale's ShardedDataParallel with OSS) builds
+        the engine here, init sync included."""
+
+    @abstractmethod
+    def forward(self, *inputs: Any) -> Any: ...
+
+    @abstractmethod
+    def backward(self, loss: Tensor) -> None: ...
+
+    @abstractmethod
+    def step(self) -> None: ...
+
+    @abstractmethod
+    def zero_grad(self, set_to_none: bool) -> None: ...
+
+    def no_sync(self) -> ContextManager[None]:
+        raise NotImplementedError("no_sync")
+
+    def join(self, **join_kwargs: Any) -> ContextManager[None]:
+        raise NotImplementedError("join")
+
+    def register_comm_hook(self, state: Any, hook: Callable[..., Any]) -> None:
+        raise NotImplementedError("register_comm_hook")
+
+    def sync_context(self, is_final_microbatch: bool, strategy: str) -> ContextManager[None]:
+        """One microbatch's forward and backward under a Composer sync strategy."""
+        raise NotImplementedError("sync_context")
+
+    def gradients(self) -> dict[str, Tensor | None]:
+        """Full, dense gradients (a sparse gradient is reported densified)."""
+        return {n: None if p.grad is None else dense(p.grad)
+                for n, p in self.module.named_parameters()}
+
+    def parameters(self) -> dict[str, Tensor]:
+        return {n: p.detach().clone() for n, p in self.module.named_parameters()}
+
+    def buffers(self) -> dict[str, Tensor]:
+        return {n: b.detach().clone() for n, b in self.module.named_buffers()}
+
+
+def dense(t: Tensor) -> Tensor:
+    """A detached dense copy of ``t`` (sparse gradients are compared densified)."""
+    return t.detach().to_dense() if t.is_sparse else t.detach().clone()
+
+
+class WrappedModuleAdapter(Adapter):
+    """An adapter whose step is ``wrapped(*inputs)``, ``loss.backward()``, ``opt.step()``:
+    DDP and every wrapper that keeps torch's training loop (FSDP, replicate, Lightning's
+    strategy). Subclasses set ``wrapped`` and add what differs."""
+
+    wrapped: nn.Module
+    optimizer: torch.optim.Optimizer | None = None
+
+    def set_optimizer(self, factory: OptimizerFactory) -> None:
+        self.optimizer = factory(self.wrapped.parameters())
+
+    def forward(self, *inputs: Any) -> Any:
+        return self.wrapped(*inputs)
+
+    def backward(self, loss: Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        assert self.optimizer is not None, "set_optimizer first"
+        self.optimizer.step()
+
+    def zero_grad(self, set_to_none: bool) -> None:
+        assert self.optimizer is not None, "set_optimizer first"
+        self.optimizer.zero_grad(set_to_none=set_to_none)

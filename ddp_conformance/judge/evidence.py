@@ -1,0 +1,78 @@
+"""Evidence: the figures and failures the checks of one case gather.
+
+Every comparison of one tensor becomes a :class:`~ddp_conformance.judge.verdict.Figure`
+(max abs, max rel, max ULP, the tolerance applied); the first failures of each check
+become :class:`~ddp_conformance.judge.verdict.CheckFailure` lines saying where (check,
+step, rank, parameter) and by how much.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from ddp_conformance.judge.tolerance import Policy, distance
+from ddp_conformance.judge.verdict import CheckFailure, Figure
+from ddp_conformance.ranks.records import Tensors
+
+MAX_FAILURES_PER_CHECK = 20
+
+
+@dataclass
+class Evidence:
+    """Figures and failures gathered by the checks of one (scenario, candidate) run."""
+
+    figures: list[Figure] = field(default_factory=list)
+    failures: list[CheckFailure] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        """Something reported that fails nothing (e.g. a check outside the profile)."""
+        self.notes.append(message)
+
+    def ran(self, check: str) -> None:
+        if check not in self.checks:
+            self.checks.append(check)
+
+    def fail(self, check: str, message: str, step: int | None = None, rank: int | None = None,
+             name: str | None = None, detail: str = "") -> None:
+        self.ran(check)
+        if sum(f.check == check for f in self.failures) < MAX_FAILURES_PER_CHECK:
+            self.failures.append(CheckFailure(check, f"{check}: {message}", step, rank, name,
+                                              detail))
+
+    def compare(self, check: str, step: int, rank: int, name: str, actual: Tensor,
+                expected: Tensor, rtol: float, against: str, scale: float = 0.0) -> None:
+        """Compare one tensor; record its figures; record a failure if out of tolerance.
+
+        ``scale`` raises the tolerance's reference magnitude above ``max|expected|`` where
+        the expected value is a sum that cancels (see :mod:`ddp_conformance.tolerance`).
+        """
+        self.ran(check)
+        d = distance(actual, expected)
+        d.scale = max(d.scale, scale)
+        passed = actual.shape == expected.shape and d.within(rtol)
+        self.figures.append(Figure(check, step, rank, name, passed, d.max_abs, d.max_rel,
+                                   d.max_ulp, rtol))
+        if passed:
+            return
+        where = f"step {step}, rank {rank}, {name!r}"
+        if actual.shape != expected.shape:
+            self.fail(check, f"{where}: shape {tuple(actual.shape)} != {against}'s "
+                             f"{tuple(expected.shape)}", step, rank, name)
+            return
+        bound = ("bitwise equality" if rtol == 0.0
+                 else f"tolerance {rtol:.0e} x max|expected| {d.scale:.3g}")
+        self.fail(check, f"{where}: max abs error {d.max_abs:.3g} against {against} "
+                         f"(max rel {d.max_rel:.3g}, {d.max_ulp:.4g} ulp) exceeds {bound}",
+                  step, rank, name)
+
+    def compare_all(self, check: str, step: int, rank: int, actual: Tensors,
+                    expected: Tensors, policy: Policy, against: str) -> None:
+        if set(actual) != set(expected):
+            self.fail(check, f"step {step}, rank {rank}: names {sorted(set(actual) ^ set(expected))}"
+                             f" present on one side only (against {against})", step, rank)
+        for name in expected.keys() & actual.keys():
+            rtol = policy.rtol(expected[name].dtype)
+            self.compare(check, step, rank, name, actual[name], expected[name], rtol, against)

@@ -1,0 +1,185 @@
+"""The single-process oracle: what DDP's synced gradients must be, computed in one process.
+
+DDP's contract (torch's ``DistributedDataParallel`` docstring): after a synced backward,
+every rank holds the average over ranks of the local gradients, i.e. the gradient of the
+mean of the per-rank losses. The oracle runs the same model, from rank 0's initial weights
+(DDP broadcasts them), on every rank's batch in turn, in one process, and combines the local
+gradients the way DDP defines them: each rank's (locally accumulated) gradient divided by
+the world size, summed in rank order. Each rank's batch is a separate forward, not one
+concatenated batch, because DDP without SyncBatchNorm normalises per rank; for per-sample
+models this is the same as the concatenated global batch.
+
+- microbatching (``no_sync`` or several synced backwards): local gradients accumulate over
+  the step's microbatches, then are reduced, as DDP's reducer does;
+- Join (uneven inputs): only the ranks still holding data contribute; the divisor is the
+  initial world size or, with ``divide_by_initial_world_size=False``, the number of active
+  ranks (torch's ``_DDPJoinHook``);
+- parameters unused on every rank keep their previous gradient (``None`` stays ``None``),
+  as with ``find_unused_parameters=True``;
+- buffers are simulated per rank: with ``broadcast_buffers``, a forward that follows a
+  synced forward starts from rank 0's buffers (the highest active rank's under Join), as
+  DDP's pre-forward broadcast makes it (see ``procedure.buffers_broadcast``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ddp_conformance.catalog.models import get_model
+from ddp_conformance.catalog.procedure import batch, buffers_broadcast, build_module, make_optimizer
+from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.contract.adapter import dense
+from ddp_conformance.ranks.records import Tensors
+
+
+@dataclass
+class OracleStep:
+    active: list[int]
+    grads: dict[str, Tensor | None]
+    params: Tensors
+    buffers: dict[int, Tensors]
+    buffers_at_forward: dict[int, list[Tensors]]
+    #: Per parameter, max over elements of sum_r |local_r| / divisor: the magnitude the
+    #: reduction's rounding error is proportional to (larger than |grad| where ranks cancel).
+    grad_scales: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class OracleRecord:
+    initial_params: Tensors
+    initial_buffers: dict[int, Tensors]
+    steps: list[OracleStep] = field(default_factory=list)
+    final_params: Tensors = field(default_factory=dict)
+    final_buffers: Tensors = field(default_factory=dict)
+    last_joiner: int = 0
+    #: Elements of the parameters that require gradients: what a synced backward reduces.
+    reduced_numel: int = 0
+    #: Their dtypes ("float32", ...): what DDP reduces in, absent a comm hook.
+    grad_dtypes: frozenset[str] = frozenset()
+    #: Elements per dtype: DDP buckets per dtype and reduces each in its own.
+    numel_by_dtype: dict[str, int] = field(default_factory=dict)
+
+
+def _clone(tensors: Mapping[str, Tensor]) -> Tensors:
+    return {n: t.detach().clone() for n, t in tensors.items()}
+
+
+def run_oracle(scenario: Scenario, ranks: int | list[int], device: torch.device,
+               threads: int | None = None) -> OracleRecord:
+    """The oracle's record for the DDP group of global ``ranks`` (an int: ``range(n)``).
+
+    ``threads`` should be the ranks' intra-op thread count.
+
+    With the same thread count CPU kernels partition their reductions the same way, so the
+    oracle's local gradients equal the ranks' bitwise and only DDP's reduction differs.
+    """
+    previous_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        group = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
+        return _run_oracle(scenario, group, device)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> OracleRecord:
+    spec = get_model(scenario.model)
+    world_size = len(ranks)
+    model = build_module(scenario, ranks[0], device)
+    broadcast = scenario.broadcasts_buffers()
+    # Without broadcast_buffers DDP's init sync leaves each rank's own initial buffers.
+    rank_buffers = {
+        r: _clone(dict(model.named_buffers())) if broadcast or scenario.init == "same"
+        else _clone(dict(build_module(scenario, r, device).named_buffers()))
+        for r in ranks
+    }
+    params = dict(model.named_parameters())
+    record = OracleRecord(_clone(params), {r: _clone(b) for r, b in rank_buffers.items()},
+                          reduced_numel=sum(p.numel() for p in params.values() if p.requires_grad),
+                          grad_dtypes=frozenset(str(p.dtype).removeprefix("torch.")
+                                                for p in params.values() if p.requires_grad))
+    for p in params.values():
+        if p.requires_grad:
+            dtype = str(p.dtype).removeprefix("torch.")
+            record.numel_by_dtype[dtype] = record.numel_by_dtype.get(dtype, 0) + p.numel()
+    optimizer = make_optimizer(scenario, model.parameters(), distributed=False)
+    # Join's uneven inputs are by position in the group (group rank), data by global rank.
+    steps = {r: scenario.steps_for(i) for i, r in enumerate(ranks)}
+
+    for step in range(max(steps.values())):
+        active = [r for r in ranks if step < steps[r]]
+        divide_by_all = scenario.join is None or scenario.join.divide_by_initial_world_size
+        divisor = world_size if divide_by_all else len(active)
+        local: dict[int, dict[str, Tensor]] = {r: {} for r in active}
+        at_forward: dict[int, list[Tensors]] = {r: [] for r in active}
+        for mb in range(scenario.microbatches):
+            if broadcast and buffers_broadcast(scenario, step, mb):
+                # Under Join torch broadcasts from the highest active rank (rank 0 may have
+                # joined with stale buffers: ``_find_common_rank``), else from rank 0.
+                source = max(active) if scenario.join is not None else active[0]
+                for r in active:
+                    rank_buffers[r] = _clone(rank_buffers[source])
+            for r in active:
+                _load_buffers(model, rank_buffers[r])
+                at_forward[r].append(_clone(rank_buffers[r]))
+                model.zero_grad(set_to_none=True)
+                inputs, target = batch(scenario, r, step, mb, world_size, device)
+                spec.loss(model(*inputs), target).backward()
+                rank_buffers[r] = _clone(dict(model.named_buffers()))
+                for name, p in params.items():
+                    if p.grad is not None:
+                        g = dense(p.grad)
+                        acc = local[r].get(name)
+                        local[r][name] = g if acc is None else acc + g
+
+        # zero_grad at the start of the step, as every rank does.
+        previous = {n: None if scenario.zero_grad_set_to_none or g is None else torch.zeros_like(g)
+                    for n, g in ((n, record.steps[-1].grads[n] if record.steps else None)
+                                 for n in params)}
+        grads: dict[str, Tensor | None] = {}
+        scales: dict[str, float] = {}
+        for name, p in params.items():
+            contributions = [local[r].get(name) for r in active]
+            if all(c is None for c in contributions):
+                grads[name] = previous[name]
+                continue
+            parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
+            total = parts[0]
+            for part in parts[1:]:  # in rank order, as DDP's default reduction adds them
+                total = total + part
+            magnitude = torch.stack([part.abs().double() for part in parts]).sum(0)
+            scales[name] = float(magnitude.max()) if magnitude.numel() else 0.0
+            prev = previous[name]
+            grads[name] = total if prev is None else prev + total
+        for name, p in params.items():
+            expected = grads[name]
+            if expected is not None and _sparse_parameter(model, name):
+                expected = expected.to_sparse()
+            p.grad = None if expected is None else expected.clone()
+        optimizer.step()
+        record.steps.append(OracleStep(active, grads, _clone(params),
+                                       {r: _clone(rank_buffers[r]) for r in active}, at_forward,
+                                       scales))
+
+    # Join's post hook syncs the final model from the highest-ranked last joiner.
+    record.last_joiner = max(r for r in ranks if steps[r] == max(steps.values()))
+    record.final_params = _clone(params)
+    record.final_buffers = _clone(rank_buffers[record.last_joiner])
+    return record
+
+
+def _sparse_parameter(model: torch.nn.Module, name: str) -> bool:
+    """Whether ``name`` belongs to a sparse ``nn.Embedding`` (its optimizer step expects a
+    sparse gradient; the update is the same)."""
+    owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+    return isinstance(owner, torch.nn.Embedding) and owner.sparse
+
+
+def _load_buffers(model: torch.nn.Module, buffers: Tensors) -> None:
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            b.copy_(buffers[name])

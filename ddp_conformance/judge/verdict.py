@@ -1,0 +1,105 @@
+"""Verdicts and the records a run produces for each (scenario, candidate).
+
+SPEC.md, "Verdicts and exit codes": PASS, FAIL (a check failed: which check, rank,
+parameter, by how much), ERROR (the candidate raised: each rank's traceback), TIMEOUT (no
+progress within the deadline: every rank's stack), CRASH (a rank died: its exit code or
+signal), N/A (a capability is missing), XFAIL / XPASS (the owner's expectations file).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Verdict(str, enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    TIMEOUT = "TIMEOUT"
+    CRASH = "CRASH"
+    NA = "N/A"
+    XFAIL = "XFAIL"
+    XPASS = "XPASS"
+
+    @property
+    def unexpected(self) -> bool:
+        """True for the verdicts that make ``ddp-conformance run`` exit 1.
+
+        XPASS is reported (the expectations file is stale) but fails nothing, as a
+        non-strict xfail in pytest.
+        """
+        return self in (Verdict.FAIL, Verdict.ERROR, Verdict.TIMEOUT, Verdict.CRASH)
+
+
+@dataclass
+class Figure:
+    """One comparison of one tensor: a check, at one step on one rank, for one parameter.
+
+    ``max_abs``/``max_rel``/``max_ulp`` describe the candidate's distance from the expected
+    tensor; ``tolerance`` is the bound the check applied (0 for a bitwise check).
+    """
+
+    check: str
+    step: int
+    rank: int
+    name: str
+    passed: bool
+    max_abs: float
+    max_rel: float
+    max_ulp: float
+    tolerance: float
+    detail: str = ""
+
+
+@dataclass
+class CheckFailure:
+    """The first evidence a check found: what a person needs to locate the defect."""
+
+    check: str
+    message: str
+    step: int | None = None
+    rank: int | None = None
+    name: str | None = None
+    #: Longer evidence shown verbatim (e.g. two collective sequences side by side).
+    detail: str = ""
+
+
+@dataclass
+class Result:
+    """Everything known about one (scenario, candidate) run."""
+
+    scenario: str
+    candidate: str
+    verdict: Verdict
+    world_size: int
+    backend: str
+    device: str
+    duration_s: float = 0.0
+    reason: str = ""
+    failures: list[CheckFailure] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    tracebacks: dict[int, str] = field(default_factory=dict)
+    stacks: dict[int, str] = field(default_factory=dict)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    expectation: str | None = None
+    checks_run: list[str] = field(default_factory=list)
+    #: Findings that fail nothing (checks outside the candidate's profile, skipped comparisons).
+    notes: list[str] = field(default_factory=list)
+    #: Which repeat of ``--repeat N`` produced it (0-based).
+    repeat: int = 0
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.scenario}[{self.candidate}]"
+
+    def summary_line(self) -> str:
+        """One line saying why: the reason, or the first failure's message."""
+        if self.failures:
+            return self.failures[0].message
+        return self.reason
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        return data

@@ -1,0 +1,145 @@
+"""Runs one scenario for one candidate on one rank and records what happened.
+
+Per optimizer step the record holds the synced gradients (``None`` kept as ``None``), the
+parameters after the step, the buffers after the step, and the buffers as the wrapped
+module saw them at the start of each forward (a forward pre-hook on the inner module, so
+after any broadcast the candidate did in its own forward). The parent process compares
+these records with the oracle and across ranks; a rank never judges itself.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from ddp_conformance.catalog.models import get_model
+from ddp_conformance.catalog.procedure import batch, build_module, make_comm_hook, make_optimizer, synced
+from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
+from ddp_conformance.contract.adapter import Adapter
+from ddp_conformance.contract.candidate import Candidate
+from ddp_conformance.contract.capability import Capability
+from ddp_conformance.ranks.records import RankRecord, StepRecord, Tensors
+from ddp_conformance.ranks.tracing import TRACER
+
+
+def _snapshot(tensors: Any) -> Tensors:
+    return {n: t.detach().clone() for n, t in tensors}
+
+
+def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size: int,
+                 device: torch.device, process_group: Any) -> RankRecord:
+    """Train ``scenario`` with ``candidate`` on this rank; every rank calls this together."""
+    static_missing = missing_capabilities(
+        scenario, candidate.capabilities | _unknowable(candidate))
+    if static_missing:
+        return RankRecord(rank, not_applicable=static_missing)
+    TRACER.take()
+    TRACER.phase("wrap")
+    group_ranks = list(range(world_size))
+    if scenario.groups is not None:
+        process_group, group_ranks = _join_groups(scenario.groups, rank)
+        if process_group is None:
+            return RankRecord(rank, idle=True, trace=TRACER.take())
+    group_rank, group_size = group_ranks.index(rank), len(group_ranks)
+    module = build_module(scenario, rank, device)
+    try:
+        adapter = candidate.wrap(module, process_group, device, **scenario.ddp_options)
+        # Right after wrapping, before anything is read: frameworks that build their
+        # engine around the optimizer (DeepSpeed, fairscale's OSS) do it, and sync, here.
+        adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
+        if scenario.expect_error is None:
+            raise
+        return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
+    na = missing_capabilities(scenario, adapter.capabilities)
+    if na:
+        return RankRecord(rank, not_applicable=na)
+    try:
+        for _ in range(scenario.comm_hook_registrations if scenario.comm_hook else 0):
+            adapter.register_comm_hook(*make_comm_hook(scenario.comm_hook or "", process_group))
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
+        if scenario.expect_error is None:
+            raise
+        return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
+
+    TRACER.phase("record")
+    record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
+    at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
+    hook = module.register_forward_pre_hook(
+        lambda mod, args: at_forward.append(_snapshot(mod.named_buffers())))
+    join = (adapter.join(divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
+                         throw_on_early_termination=scenario.join.throw_on_early_termination)
+            if scenario.join else contextlib.nullcontext())
+    steps = scenario.steps_for(group_rank)
+    try:
+        with join:
+            _train(scenario, adapter, record, steps, at_forward, rank, group_size, device)
+            TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
+        if scenario.expect_error is None:
+            raise
+        record.raised = f"{type(exc).__name__}: {exc}"
+    finally:
+        hook.remove()
+    TRACER.phase("record", steps)
+    record.final_params = adapter.parameters()
+    record.final_buffers = adapter.buffers()
+    record.trace = TRACER.take()
+    return record
+
+
+def _join_groups(groups: tuple[tuple[int, ...], ...], rank: int) -> tuple[Any, list[int]]:
+    """Create every group on every rank (``new_group`` is collective); return this rank's."""
+    import torch.distributed as dist
+
+    mine: Any = None
+    ranks: list[int] = []
+    for members in groups:
+        group = dist.new_group(list(members))
+        if rank in members:
+            mine, ranks = group, list(members)
+    return mine, ranks
+
+
+def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
+           at_forward: list[Tensors], rank: int, world_size: int, device: torch.device) -> None:
+    """The training loop: per step, zero_grad, the microbatches, record, optimizer step.
+
+    ``world_size`` is the DDP group's size (what the data is scaled by for exactness).
+    """
+    loss_fn = get_model(scenario.model).loss
+    last = scenario.microbatches - 1
+    for step in range(steps):
+        TRACER.phase("zero_grad", step)
+        adapter.zero_grad(scenario.zero_grad_set_to_none)
+        for mb in range(scenario.microbatches):
+            inputs, target = batch(scenario, rank, step, mb, world_size, device)
+            if scenario.sync_strategy is not None:
+                sync = adapter.sync_context(mb == last, scenario.sync_strategy)
+            else:
+                sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
+            with sync:
+                TRACER.phase("forward", step, mb)
+                loss = loss_fn(adapter.forward(*inputs), target)
+                TRACER.phase("backward", step, mb)
+                adapter.backward(loss)
+        TRACER.phase("record", step)
+        # The contract asks for dense copies (Adapter.gradients makes them); a sparse one
+        # from a candidate of the user's own is densified here rather than left to fail
+        # the checks.
+        grads = {n: g.to_dense() if g is not None and g.is_sparse else g
+                 for n, g in adapter.gradients().items()}
+        TRACER.phase("optimizer", step)
+        adapter.step()
+        TRACER.phase("record", step)
+        record.steps.append(StepRecord(grads, adapter.parameters(), adapter.buffers(),
+                                       list(at_forward)))
+        at_forward.clear()
+
+
+def _unknowable(candidate: Candidate) -> frozenset[str]:
+    """Features a factory function may have once called: assume them until wrapped."""
+    if not candidate.late_capabilities:
+        return frozenset()
+    return frozenset(c.value for c in Capability)

@@ -1,0 +1,63 @@
+"""How one job ended on the ranks, as the transport saw it (before any verdict).
+
+:class:`Outcome` is filled by a transport (the rank pool, or torchrun's store) and turned
+into a verdict by the judge (:mod:`ddp_conformance.judge.failures`): ``done`` (every rank
+answered), ``raised`` (some rank raised), ``timeout`` (the deadline passed), ``crash`` (a
+rank process died).
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddp_conformance.ranks.messages import Answer, Done
+
+
+@dataclass
+class Outcome:
+    """How one job ended on the pool (see the module docstring)."""
+
+    status: str  # done | raised | timeout | crash
+    results: dict[int, Any] = field(default_factory=dict)
+    tracebacks: dict[int, str] = field(default_factory=dict)
+    released: set[int] = field(default_factory=set)
+    stacks: dict[int, str] = field(default_factory=dict)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    logs: dict[int, str] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def record(self, answer: Answer) -> bool:
+        """Keep one rank's answer; True when the rank itself failed (a traceback that is
+        not only the echo of a peer's failure)."""
+        if isinstance(answer, Done):
+            self.results[answer.rank] = answer.result
+            return False
+        self.tracebacks[answer.rank] = answer.traceback
+        if answer.released:
+            self.released.add(answer.rank)
+            return False
+        return True
+
+
+def describe_exit(code: int) -> str:
+    """Say how a process ended: 'exit code 3' or 'signal SIGSEGV (11)'."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "signal"
+        return f"signal {name} ({-code})"
+    return f"exit code {code}"
+
+
+def describe_outcome(out: Outcome) -> str:
+    """A readable account of a job that did not end with every rank done."""
+    lines = [f"job ended: {out.status}"]
+    for rank, code in sorted(out.exit_codes.items()):
+        lines.append(f"rank {rank} died with {describe_exit(code)}\n{out.logs.get(rank, '')}")
+    for rank, tb in sorted(out.tracebacks.items()):
+        lines.append(f"rank {rank} raised:\n{tb}")
+    for rank, stack in sorted(out.stacks.items()):
+        lines.append(f"rank {rank} stack:\n{stack}")
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""The one procedure a rank follows for a job, whichever transport brought the job.
+
+The rank pool's worker (:mod:`ddp_conformance.ranks.worker`) and torchrun mode
+(:mod:`ddp_conformance.ranks.torchrun`) both hand each job to :meth:`RankRuntime.execute`
+and only carry the answer back. Per job:
+
+1. **reset**: seeded RNGs, grad mode on, float32 default dtype;
+2. **groups**: a fresh default process group over the transport's store, under a
+   job-unique prefix, through the tracing backend when the job asks for it;
+3. **run**: call the job's function, or run the scenario with the candidate (resolved
+   once per process);
+4. **collect, then destroy**: the job's objects are collected while its groups still
+   live (a candidate object that still holds work on a group, replicate's reducer, must be
+   finalised while its peers can complete it), then the groups are destroyed, and kept
+   referenced until the next job's cleanup (see :meth:`RankRuntime.cleanup`).
+
+The cleanup is part of the job, done before answering, so a finalizer that hangs or
+aborts is charged to the job that left it, within its deadline. When the job raised, the
+caller decides: a rank whose failure only echoes a peer's cleans up and stays; one that
+failed itself leaves the pool (its exit closes its connections, releasing peers blocked
+in a collective with it), or, under torchrun, cleans up as best it can.
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import random
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ddp_conformance.ranks.messages import Answer, Done, Job, Raised
+from ddp_conformance.ranks.tracing import traced_backend
+
+
+def resolve_function(ref: str) -> Callable[..., Any]:
+    """``package.module:qualname`` to the function it names."""
+    module_name, _, qualname = ref.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
+
+
+class RankRuntime:
+    """One rank's state across jobs: where it is, the store, resolved candidates."""
+
+    def __init__(self, rank: int, world_size: int, backend: str, device: torch.device,
+                 store: dist.Store) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.backend = backend
+        self.device = device
+        self.store = store
+        self.candidates: dict[str, Any] = {}
+        self._retired_groups: list[Any] = []
+
+    def execute(self, job: Job) -> Answer:
+        """Run ``job`` on this rank (steps 1-4 of the module docstring).
+
+        On success the job's groups are already destroyed; on :class:`Raised` they are
+        not (the caller decides, see the module docstring).
+        """
+        self.reset(job.seed)
+        try:
+            dist.init_process_group(
+                traced_backend(self.backend) if job.trace else self.backend,
+                store=dist.PrefixStore(job.store_prefix, self.store), rank=self.rank,
+                world_size=self.world_size, timeout=timedelta(seconds=job.collective_timeout_s))
+            result = self.run(job)
+            self.cleanup()
+        except BaseException:  # noqa: BLE001 - every failure is reported, none kills the rank
+            return Raised(self.rank, traceback.format_exc())
+        return Done(self.rank, result)
+
+    @staticmethod
+    def reset(seed: int) -> None:
+        random.seed(seed)
+        torch.manual_seed(seed)
+        torch.set_grad_enabled(True)
+        torch.set_default_dtype(torch.float32)
+
+    def run(self, job: Job) -> Any:
+        """What a rank does for one job, in the default group already initialised: call the
+        function, or run the scenario with the candidate (resolved once per process)."""
+        if job.kind == "call":
+            return resolve_function(job.function)(self.rank, self.world_size, *job.args)
+        from ddp_conformance.contract.registry import resolve_candidate
+        from ddp_conformance.ranks.engine import run_scenario
+
+        candidate = self.candidates.get(job.candidate)
+        if candidate is None:
+            candidate = self.candidates[job.candidate] = resolve_candidate(job.candidate)
+        assert job.scenario is not None
+        return run_scenario(job.scenario, candidate, self.rank, self.world_size, self.device,
+                            dist.group.WORLD)
+
+    def cleanup(self) -> None:
+        """Collect the job's objects while its groups still live, then destroy the groups.
+
+        The destroyed groups are kept until the next job's cleanup. A future callback
+        (PowerSGD's hook captures its group) is released by the Gloo thread that ran it,
+        a moment after the future completed; were that the group's last reference, the
+        group would be destroyed on its own worker thread, which joins itself and aborts
+        the process ("Resource deadlock avoided", 1 job in 7 of the PowerSGD tests).
+        Held here, the last reference is always dropped on this thread.
+        """
+        gc.collect(1)
+        self._retired_groups = []
+        if dist.is_initialized():
+            self._retired_groups = list(dist.distributed_c10d._world.pg_map)
+            dist.destroy_process_group()

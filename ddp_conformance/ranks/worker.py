@@ -1,0 +1,87 @@
+"""A rank process of the pool: receives jobs, runs them, answers; until told to stop.
+
+Started by :mod:`ddp_conformance.ranks.pool` as ``python -m ddp_conformance.ranks.worker``.
+It only transports: every job goes to :meth:`RankRuntime.execute
+<ddp_conformance.ranks.runtime.RankRuntime.execute>`, the procedure torchrun mode uses
+too. ``SIGUSR1`` dumps every thread's Python stack to the rank's stack file
+(faulthandler), which is how the parent reports a TIMEOUT; a fatal signal dumps there too.
+"""
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import gc
+import os
+import signal
+import sys
+from datetime import timedelta
+from multiprocessing.connection import Connection
+
+from ddp_conformance.ranks.messages import Exit, Raised, Ready, RunJob, receive, send
+
+
+def serve(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from ddp_conformance.ranks.runtime import RankRuntime
+
+    conn = Connection(args.fd)
+    store = dist.TCPStore("127.0.0.1", args.store_port, None, False,
+                          timeout=timedelta(seconds=args.store_timeout))
+    if args.device == "cuda":
+        index = args.rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+    else:
+        device = torch.device("cpu")
+    runtime = RankRuntime(args.rank, args.world_size, args.backend, device, store)
+    # Everything imported so far lives as long as the process: keep it out of the
+    # collector's scans, so that the collection after each job costs microseconds.
+    gc.collect()
+    gc.freeze()
+    send(conn, Ready(args.rank, os.getpid()))
+    while True:
+        try:
+            message = receive(conn)
+        except (EOFError, OSError):
+            return  # the parent went away
+        if isinstance(message, Exit):
+            return
+        assert isinstance(message, RunJob), message
+        answer = runtime.execute(message.job)
+        send(conn, answer)
+        if isinstance(answer, Raised):
+            if answer.released:
+                runtime.cleanup()  # only a peer failed: this process is sound
+                continue
+            # The job failed here: leave. Destroying the group does not close its
+            # connections while C++ objects (a DDP reducer) still hold it; exiting does,
+            # which releases peers blocked in a collective with this rank at once.
+            os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="ddp_conformance.ranks.worker")
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--store-port", type=int, required=True)
+    parser.add_argument("--store-timeout", type=float, default=300.0)
+    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--stack-file", required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    stack_file = open(args.stack_file, "w")  # noqa: SIM115 - lives as long as the process
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    faulthandler.enable(file=stack_file)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    serve(args)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
