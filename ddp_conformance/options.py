@@ -33,7 +33,7 @@ PYTEST = "pytest"
 
 def _positive(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
-        if value is not None and value <= 0:
+        if value is not None and not value > 0:  # NaN too
             raise UsageError(f"--{name} must be positive, got {value:g}")
 
     return check

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -54,7 +54,15 @@ class DistributedDataParallel(nn.Module, Joinable):
     Accepts torch's ``module, device_ids, output_device, broadcast_buffers,
     process_group, bucket_cap_mb, find_unused_parameters, gradient_as_bucket_view,
     static_graph, init_sync``; any other torch DDP argument is a ``TypeError`` naming it.
+
+    The constructor builds ``self.reducer`` as ``self.reducer_class(...)``: a subclass may
+    set ``reducer_class`` to a :class:`~ddp_reference.reducer.Reducer` subclass to change
+    how gradients are reduced (the mutants of the test suite do) without touching the
+    constructor.
     """
+
+    #: The class of ``self.reducer``, which ``__init__`` builds once bucket layout is known.
+    reducer_class: ClassVar[type[Reducer]] = Reducer
 
     def __init__(
         self,
@@ -132,8 +140,9 @@ class DistributedDataParallel(nn.Module, Joinable):
 
         layout = initial_bucket_layout(params, self.bucket_capacity, expect_sparse,
                                        static_graph, find_unused_parameters)
-        self.reducer = Reducer(params, layout, pg, expect_sparse, self.bucket_capacity,
-                               find_unused_parameters, gradient_as_bucket_view, names)
+        self.reducer = self.reducer_class(params, layout, pg, expect_sparse,
+                                          self.bucket_capacity, find_unused_parameters,
+                                          gradient_as_bucket_view, names)
         if static_graph:
             self._set_static_graph()
 

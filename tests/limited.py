@@ -24,3 +24,11 @@ class ForwardOnly(torch.nn.Module):
 def torch_ddp_factory(module: torch.nn.Module, **kwargs: Any) -> torch.nn.Module:
     """A factory function (not a class): capabilities are only known once it is called."""
     return DistributedDataParallel(module, **kwargs)
+
+
+class OneArgumentCommHook(DistributedDataParallel):
+    """torch's DDP whose ``register_comm_hook(hook)`` takes the hook alone (the state bound
+    into it): not torch's ``(state, hook)``, so comm-hook scenarios are N/A, not errors."""
+
+    def register_comm_hook(self, hook: Any) -> None:  # type: ignore[override]
+        super().register_comm_hook(None, hook)

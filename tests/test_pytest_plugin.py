@@ -76,3 +76,17 @@ def test_expectations_are_xfail_under_pytest(tmp_path: Path) -> None:
                       "--candidate", "tests.defective:SumsWithoutDividing", "-rx")
     assert proc.returncode == 0, proc.stdout
     assert "1 xfailed" in proc.stdout
+
+
+def test_stale_expectations_are_warned_about_under_pytest(tmp_path: Path) -> None:
+    """The run loop is shared (session.py): what the command line warns about, pytest too."""
+    exp = tmp_path / "e.txt"
+    exp.write_text("gradients/exact-dyadic  # this candidate sums without dividing\n"
+                   "nothing/matches-this  # stale\n")
+    proc = pytest_run("suites/test_gradients.py", "-q", "-k", "exact-dyadic and not microbatches",
+                      f"--expectations={exp}",
+                      "--candidate", "tests.defective:SumsWithoutDividing")
+    assert proc.returncode == 0, proc.stdout
+    assert "expectation 'nothing/matches-this'" in proc.stdout, proc.stdout
+    assert "matches no case" in proc.stdout
+    assert "expectation 'gradients/exact-dyadic'" not in proc.stdout

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from ddp_conformance.bench.stats import busbw as bus_bandwidth
+from ddp_conformance.bench.stats import quartiles, round_ratios
 from ddp_conformance.cli import main
 from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 from ddp_conformance.report import load_results, write_report_set
 from ddp_conformance.report.common import divergences, per_parameter
 from ddp_conformance.report.compare import classify_timing, classify_verdict, compare_dirs
 from ddp_conformance.report.stream import ResultsWriter
-from ddp_conformance.report.timing import bus_bandwidth, quartiles, round_ratios
 
 INFO: dict[str, Any] = {"type": "run", "started": "2026-01-01T00:00:00+00:00", "torch": "2.13.0",
                         "python": "3.11", "platform": "linux", "host": "h", "cpu_count": 2,
@@ -181,7 +182,7 @@ def test_compare_exits_1_on_a_regressed_verdict_or_a_significant_slowdown(tmp_pa
     assert [c.case for c in comp.regressed] == ["gradients/mlp[torch]"]
     assert [t.kind for t in compare_dirs(str(old), str(slower)).timings] == ["slower"]
     out = io.StringIO()
-    from ddp_conformance.report.commands import report_command
+    from ddp_conformance.report.command import report_command
 
     class Args:
         results_dir = None
@@ -194,7 +195,7 @@ def test_compare_exits_1_on_a_regressed_verdict_or_a_significant_slowdown(tmp_pa
 
 
 def test_bus_bandwidth_as_nccl_tests_define_it() -> None:
-    from ddp_conformance.bench.busbw import algbw, busbw, busy_time
+    from ddp_conformance.bench.stats import algbw, busbw, busy_time
 
     assert algbw(1e9, 0.5) == 2e9
     assert busbw(1e9, 1.0, 2) == pytest.approx(1e9)      # 2 (n-1)/n = 1 for n = 2

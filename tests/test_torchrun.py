@@ -1,4 +1,8 @@
-"""torchrun mode: two "nodes" on localhost with a c10d rendezvous, one result set."""
+"""torchrun mode: two "nodes" on localhost with a c10d rendezvous, one result set.
+
+The cases include PowerSGD: its hook keeps the process group alive in future callbacks,
+which aborted ranks whose groups were destroyed under it (the rank runtime keeps destroyed
+groups until the next job, for the pool and torchrun alike)."""
 from __future__ import annotations
 
 import json
@@ -38,7 +42,8 @@ def test_two_nodes_on_localhost(tmp_path: object) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
            "--rdzv-id", f"ddpc{port}", "-m", "ddp_conformance", "run",
-           "-k", "gradients/mlp-adam or no-sync", "--timeout", "30", "--report-dir", report]
+           "-k", "gradients/mlp-adam or no-sync or comm-hooks/powersgd", "--timeout", "30",
+           "--report-dir", report]
     nodes = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=240)[0] for p in nodes]

@@ -1,9 +1,10 @@
 """Rank-side timing of candidates on the benchmark models (run through ``RankPool.call``).
 
-Every candidate wraps an identical copy of the model on a :class:`TracingPG` over the
-job's Gloo group, warms up (which includes torch's bucket rebuild), and then the
-candidates run interleaved rounds (A B A B ...) of ``steps`` timed steps each, so that
-machine noise hits all of them alike. Each step is timed in three phases: forward (with
+Every candidate wraps an identical copy of the model on a
+:class:`~ddp_conformance.ranks.tracing.TracingProcessGroup` (with a tracer of its own)
+over a plain Gloo group of all ranks, warms up (which includes torch's bucket rebuild),
+and then the candidates run interleaved rounds (A B A B ...) of ``steps`` timed steps
+each, so that machine noise hits all of them alike. Each step is timed in three phases: forward (with
 zero_grad), backward (which includes the communication DDP does not hide), optimizer.
 After each round, a raw ``all_reduce`` of one flat tensor holding as many bytes as the
 gradients is timed, in the same run, as the bandwidth baseline. Then a few probe steps
@@ -24,9 +25,10 @@ import torch.distributed as dist
 from torch import nn
 
 from ddp_conformance.contract.registry import resolve_candidate
+from ddp_conformance.ranks.tracing import Collective, Tracer, TracingProcessGroup
 
-from .busbw import Event, TracingPG, busy_time
 from .models import MODELS, size_of
+from .stats import busy_time
 
 LOCAL = "local"  # the model without DDP: no communication at all (breakdown baseline)
 
@@ -54,6 +56,10 @@ class Runner:
             self._forward = adapter.forward
             self.optimizer = adapter.optimizer  # type: ignore[attr-defined]
             self._no_sync = adapter.no_sync
+
+    def take(self) -> list[Collective]:
+        """The collectives traced since the last call (none for an untraced group)."""
+        return self.pg.tracer.take() if isinstance(self.pg, TracingProcessGroup) else []
 
     def step(self, phases: dict[str, list[float]] | None = None, sync: bool = True,
              optimizer: bool = True, sync_context: Callable[[], AbstractContextManager[Any]] | None = None
@@ -85,6 +91,11 @@ def plain_group() -> dist.ProcessGroup:
     return group
 
 
+def traced(group: dist.ProcessGroup) -> TracingProcessGroup:
+    """A tracing group over ``group`` with a tracer of its own (one per candidate)."""
+    return TracingProcessGroup(group, tracer=Tracer())
+
+
 def raw_allreduce_times(nbytes: int, repeats: int, group: dist.ProcessGroup) -> list[float]:
     """Seconds per ``dist.all_reduce`` of one float32 tensor of ``nbytes`` (after a barrier)."""
     flat = torch.zeros(max(1, nbytes // 4))
@@ -99,8 +110,8 @@ def raw_allreduce_times(nbytes: int, repeats: int, group: dist.ProcessGroup) -> 
 
 def probe(runner: Runner, steps: int) -> dict[str, Any]:
     """Overlap and communication figures of ``steps`` steps, from the collectives' time stamps."""
-    assert isinstance(runner.pg, TracingPG)
-    pg = runner.pg
+    assert isinstance(runner.pg, TracingProcessGroup)
+    tracer = runner.pg.tracer
     last_hook: list[float] = [0.0]
 
     def hook(_: torch.Tensor) -> None:
@@ -108,31 +119,31 @@ def probe(runner: Runner, steps: int) -> dict[str, Any]:
 
     handles = [p.register_post_accumulate_grad_hook(hook)
                for p in runner.module.parameters() if p.requires_grad]
-    pg.completions = True
+    tracer.completions = True
     per_step = []
     try:
         for _ in range(steps):
-            pg.take()
+            tracer.take()
             runner.optimizer.zero_grad(set_to_none=True)
             loss = runner._forward(runner.x).square().mean()
             t_bwd = time.perf_counter()
             loss.backward()
             t_ret = time.perf_counter()
-            events = [e for e in pg.take() if e.kind == "allreduce"]
+            events = [e for e in tracer.take() if e.kind == "allreduce"]
             deadline = time.perf_counter() + 5.0
             while any(e.done is None for e in events) and time.perf_counter() < deadline:
                 time.sleep(0.0005)  # a completion callback may trail backward's return
             runner.optimizer.step()
             per_step.append(_overlap(events, t_bwd, last_hook[0], t_ret))
     finally:
-        pg.completions = False
+        tracer.completions = False
         for h in handles:
             h.remove()
     keys = per_step[0].keys() if per_step else []
     return {k: [s[k] for s in per_step] for k in keys}
 
 
-def _overlap(events: list[Event], t_bwd: float, t_last_hook: float, t_ret: float) -> dict[str, float]:
+def _overlap(events: list[Collective], t_bwd: float, t_last_hook: float, t_ret: float) -> dict[str, float]:
     done = [e for e in events if e.done is not None]
     return {
         "allreduces": float(len(events)),
@@ -146,7 +157,7 @@ def _overlap(events: list[Event], t_bwd: float, t_last_hook: float, t_ret: float
     }
 
 
-def collectives_per_step(events: list[Event], steps: int) -> dict[str, dict[str, float]]:
+def collectives_per_step(events: list[Collective], steps: int) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for e in events:
         entry = out.setdefault(e.kind, {"calls": 0.0, "bytes": 0.0})
@@ -162,29 +173,27 @@ def bench_model(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, An
     if cfg.get("local"):
         specs.append(LOCAL)
     group = plain_group()
-    runners = {s: Runner(s, name, rank, None if s == LOCAL else TracingPG(group), cfg.get("options"))
+    runners = {s: Runner(s, name, rank, None if s == LOCAL else traced(group), cfg.get("options"))
                for s in specs}
     for r in runners.values():
         for _ in range(cfg.get("warmup", 3)):
             r.step()
-        if isinstance(r.pg, TracingPG):
-            r.pg.take()
+        r.take()
     params, tensors, grad_bytes = size_of(runners[specs[0]].module)
     steps, rounds = cfg["steps"], cfg["rounds"]
     out: dict[str, Any] = {spec: {"rounds": [], "phases": {"forward": [], "backward": [], "optimizer": []},
                                   "collectives": {}} for spec in specs}
     raw: list[float] = []
-    events: dict[str, list[Event]] = {s: [] for s in specs}
+    events: dict[str, list[Collective]] = {s: [] for s in specs}
     for _ in range(rounds):
         for spec, r in runners.items():
             times = [r.step(out[spec]["phases"]) for _ in range(steps)]
             out[spec]["rounds"].append(times)
-            if isinstance(r.pg, TracingPG):
-                events[spec] += r.pg.take()
+            events[spec] += r.take()
         raw += raw_allreduce_times(grad_bytes, cfg.get("raw_repeats", 2), group)
     for spec, r in runners.items():
         out[spec]["collectives"] = collectives_per_step(events[spec], steps * rounds)
-        if isinstance(r.pg, TracingPG):
+        if isinstance(r.pg, TracingProcessGroup):
             out[spec]["probe"] = probe(r, cfg.get("probe_steps", 3))
     if rank != 0:
         return None

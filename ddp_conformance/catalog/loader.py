@@ -44,7 +44,13 @@ def keyword_matcher(expression: str | None) -> Callable[[str], bool]:
         return lambda case_id: True
     from _pytest.mark.expression import Expression
 
-    compiled = Expression.compile(expression)
+    try:
+        compiled = Expression.compile(expression)
+    except SyntaxError as exc:
+        from ddp_conformance.errors import UsageError
+
+        raise UsageError(f"-k {expression!r} is not a valid expression: {exc.msg} "
+                         f"(at column {exc.offset})") from None
 
     def matches(case_id: str) -> bool:
         def contains(word: str, /, **kwargs: str | int | bool | None) -> bool:

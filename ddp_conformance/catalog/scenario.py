@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddp_conformance.contract.capability import Capability
+from ddp_conformance.contract.capability import DDP_OPTIONS, Capability
 from ddp_conformance.contract.capability import missing_capabilities as _missing
 
 
@@ -157,14 +157,13 @@ class Scenario:
 
     def __post_init__(self) -> None:
         """Convert the enum fields given by value, and refuse what cannot run."""
-        convert = {"accumulate": Accumulate, "optimizer": Optimizer, "init": Init,
-                   "sync_strategy": SyncStrategy, "comm_hook": CommHook}
+        convert: dict[str, type[StringEnum]] = {
+            "accumulate": Accumulate, "optimizer": Optimizer, "init": Init,
+            "sync_strategy": SyncStrategy, "comm_hook": CommHook}
         for name, enum_type in convert.items():
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, enum_type.convert(value, name, self.id))
-        from ddp_conformance.contract.capability import DDP_OPTIONS
-
         unknown = sorted(set(self.ddp_options) - set(DDP_OPTIONS))
         if unknown:
             raise ValueError(f"scenario {self.id!r}: unknown DDP options {unknown}; known: "

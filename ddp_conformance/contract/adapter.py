@@ -29,6 +29,8 @@ class Adapter(ABC):
     """
 
     module: nn.Module
+    #: What this adapter can do (:class:`~ddp_conformance.contract.capability.Capability`
+    #: names); a ``Capabilities`` set may add a note on why one is missing, for the N/A reason.
     capabilities: frozenset[str] = frozenset()
 
     @abstractmethod

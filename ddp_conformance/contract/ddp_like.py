@@ -4,12 +4,16 @@ Such a callable (a class, or a factory function) is a candidate through
 :func:`ddp_like_candidate`: it is called as ``factory(module, process_group=...,
 **ddp_options)`` and the returned module is driven by :class:`DDPLikeAdapter`. Its
 capabilities are read from what it accepts (constructor keywords) and has (``no_sync``,
-the Joinable protocol, ``register_comm_hook``); a factory function's are known only once
-it has been called (``Candidate.late_capabilities``).
+the Joinable protocol, ``register_comm_hook`` taking torch's ``(state, hook)``); a factory
+function's are known only once it has been called (``Candidate.late_capabilities``). A
+``register_comm_hook`` of another signature is not the comm-hook capability: the harness
+calls it as ``register_comm_hook(state, hook)``, so comm-hook scenarios are N/A, with the
+signature in the reason, rather than errors.
 """
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
@@ -19,7 +23,12 @@ from torch import nn
 
 from ddp_conformance.contract.adapter import Adapter, WrappedModuleAdapter
 from ddp_conformance.contract.candidate import Candidate
-from ddp_conformance.contract.capability import DDP_OPTIONS, JOINABLE_ATTRIBUTES, Capability
+from ddp_conformance.contract.capability import (
+    DDP_OPTIONS,
+    JOINABLE_ATTRIBUTES,
+    Capabilities,
+    Capability,
+)
 
 
 class DDPLikeAdapter(WrappedModuleAdapter):
@@ -50,16 +59,49 @@ class DDPLikeAdapter(WrappedModuleAdapter):
         return ddp_sync_context(self.ddp, is_final_microbatch, strategy)
 
 
-def _instance_capabilities(obj: Any) -> frozenset[str]:
+def _instance_capabilities(obj: Any) -> Capabilities:
+    """The features ``obj`` (a DDP-like instance, or its class) has, with a note for a
+    ``register_comm_hook`` that does not take torch's ``(state, hook)``."""
     caps: set[str] = set()
+    notes: dict[str, str] = {}
     if callable(getattr(obj, "no_sync", None)):
         # Composer's strategies need only no_sync (forced_sync reduces by hand).
         caps.update((Capability.NO_SYNC.value, Capability.SYNC_STRATEGY.value))
     if all(hasattr(obj, a) for a in JOINABLE_ATTRIBUTES):
         caps.add(Capability.JOIN.value)
     if callable(getattr(obj, "register_comm_hook", None)):
-        caps.add(Capability.COMM_HOOK.value)
-    return frozenset(caps)
+        other = _other_signature(_as_bound(obj, "register_comm_hook"))
+        if other is None:
+            caps.add(Capability.COMM_HOOK.value)
+        else:
+            notes[Capability.COMM_HOOK.value] = (
+                f"its register_comm_hook takes {other}, not torch's (state, hook)")
+    return Capabilities(caps, notes)
+
+
+def _as_bound(obj: Any, name: str) -> Any:
+    """``obj.name`` as called on an instance: for a class, a plain function is bound (to
+    the class, only to drop ``self`` from its signature)."""
+    if inspect.isclass(obj):
+        static = inspect.getattr_static(obj, name, None)
+        if inspect.isfunction(static):
+            return types.MethodType(static, obj)
+    return getattr(obj, name)
+
+
+def _other_signature(method: Any) -> str | None:
+    """``None`` when ``method(state, hook)`` binds (two positional arguments, ``*args``
+    included, anything else optional); otherwise its parameters, as ``(hook)``."""
+    try:
+        sig = inspect.signature(method)
+    except (TypeError, ValueError):
+        return None  # no signature to read (a builtin): given the benefit of the doubt
+    try:
+        sig.bind(None, None)
+    except TypeError:
+        bare = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
+        return str(sig.replace(parameters=bare, return_annotation=inspect.Signature.empty))
+    return None
 
 
 def _accepted_options(factory: Callable[..., Any]) -> tuple[frozenset[str], bool]:

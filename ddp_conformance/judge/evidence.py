@@ -4,9 +4,15 @@ Every comparison of one tensor becomes a :class:`~ddp_conformance.judge.verdict.
 (max abs, max rel, max ULP, the tolerance applied); the first failures of each check
 become :class:`~ddp_conformance.judge.verdict.CheckFailure` lines saying where (check,
 step, rank, parameter) and by how much.
+
+While a check unit of the registry runs (:meth:`Evidence.reporting`), only the check ids
+it declared may be reported: any other raises ``AssertionError``, so a unit's declaration
+is the whole list of what it can fail.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from torch import Tensor
@@ -26,14 +32,38 @@ class Evidence:
     failures: list[CheckFailure] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The check unit running now and the ids it declared (None: no unit, anything goes).
+    _unit: str = field(default="", init=False, repr=False, compare=False)
+    _declared: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @contextmanager
+    def reporting(self, unit: str, ids: Iterable[str]) -> Iterator[None]:
+        """While the block runs, only ``ids`` may be reported (by check unit ``unit``)."""
+        previous = (self._unit, self._declared)
+        self._unit, self._declared = unit, frozenset(ids)
+        try:
+            yield
+        finally:
+            self._unit, self._declared = previous
+
+    def _declares(self, check: str) -> None:
+        if self._declared is not None and check not in self._declared:
+            raise AssertionError(f"check unit {self._unit!r} reported {check!r}, which it does "
+                                 f"not declare (it declares {sorted(self._declared)})")
 
     def note(self, message: str) -> None:
         """Something reported that fails nothing (e.g. a check outside the profile)."""
         self.notes.append(message)
 
     def ran(self, check: str) -> None:
+        self._declares(check)
         if check not in self.checks:
             self.checks.append(check)
+
+    def figure(self, figure: Figure) -> None:
+        """Record one figure computed by the check itself (counts, not tensor distances)."""
+        self.ran(figure.check)
+        self.figures.append(figure)
 
     def fail(self, check: str, message: str, step: int | None = None, rank: int | None = None,
              name: str | None = None, detail: str = "") -> None:
@@ -70,6 +100,7 @@ class Evidence:
 
     def compare_all(self, check: str, step: int, rank: int, actual: Tensors,
                     expected: Tensors, policy: Policy, against: str) -> None:
+        self._declares(check)
         if set(actual) != set(expected):
             self.fail(check, f"step {step}, rank {rank}: names {sorted(set(actual) ^ set(expected))}"
                              f" present on one side only (against {against})", step, rank)

@@ -45,6 +45,10 @@ class OracleStep:
     #: Per parameter, max over elements of sum_r |local_r| / divisor: the magnitude the
     #: reduction's rounding error is proportional to (larger than |grad| where ranks cancel).
     grad_scales: dict[str, float] = field(default_factory=dict)
+    #: Per microbatch, the parameters whose gradient a local backward produced on some
+    #: active rank: what a synced backward must reduce at least (``trace.reduced_once``).
+    #: Empty: not recorded (every parameter that requires a gradient then counts).
+    local_grads: list[frozenset[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +120,9 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
         divisor = world_size if divide_by_all else len(active)
         local: dict[int, dict[str, Tensor]] = {r: {} for r in active}
         at_forward: dict[int, list[Tensors]] = {r: [] for r in active}
+        defined: list[frozenset[str]] = []
         for mb in range(scenario.microbatches):
+            produced: set[str] = set()
             if broadcast and buffers_broadcast(scenario, step, mb):
                 # Under Join torch broadcasts from the highest active rank (rank 0 may have
                 # joined with stale buffers: ``_find_common_rank``), else from rank 0.
@@ -132,9 +138,11 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
                 rank_buffers[r] = _clone(dict(model.named_buffers()))
                 for name, p in params.items():
                     if p.grad is not None:
+                        produced.add(name)
                         g = dense(p.grad)
                         acc = local[r].get(name)
                         local[r][name] = g if acc is None else acc + g
+            defined.append(frozenset(produced))
 
         # zero_grad at the start of the step, as every rank does.
         previous = {n: None if scenario.zero_grad_set_to_none or g is None else torch.zeros_like(g)
@@ -163,7 +171,7 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
         optimizer.step()
         record.steps.append(OracleStep(active, grads, _clone(params),
                                        {r: _clone(rank_buffers[r]) for r in active}, at_forward,
-                                       scales))
+                                       scales, defined))
 
     # Join's post hook syncs the final model from the highest-ranked last joiner.
     record.last_joiner = max(r for r in ranks if steps[r] == max(steps.values()))

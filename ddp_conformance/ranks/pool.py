@@ -108,7 +108,7 @@ class RankPool:
                    "--world-size", str(self.world_size), "--fd", str(child_sock.fileno()),
                    "--store-port", str(self._store.port), "--backend", self.backend,
                    "--device", self.device, "--stack-file", self._path(f"rank{rank}.stack"),
-                   "--threads", str(self.threads)]
+                   "--threads", str(self.threads), "--parent-pid", str(os.getpid())]
             self._procs[rank] = subprocess.Popen(
                 cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(child_sock.fileno(),), start_new_session=True)

@@ -1,31 +1,44 @@
 """The collective trace: every collective a rank issues, seen at the process-group level.
 
-The rank's process groups are created with a registered backend ``traced_<backend>``
-whose groups are :class:`TracingProcessGroup`: a Python ``ProcessGroup`` wrapping the real
-Gloo (or NCCL) group. Every collective reaches it, whether issued from Python
-(``dist.all_reduce``, a candidate's own code, a comm hook) or from C++ (torch's DDP
-reducer, its bucket rebuild broadcast), on the default group and on every subgroup.
+:class:`TracingProcessGroup` is a Python ``ProcessGroup`` that forwards every collective to
+a real Gloo (or NCCL) group and logs it into a :class:`Tracer`. Every collective reaches
+it, whether issued from Python (``dist.all_reduce``, a candidate's own code, a comm hook)
+or from C++ (torch's DDP reducer, its bucket rebuild broadcast). It wraps either
 
-Each call is logged as a :class:`Collective` (kind, dtype, element count, group size) with
-the phase the engine was in (step, microbatch, stage), so the checks can say "rank 1, step
-2, backward: an allreduce of 310 float32 elements that rank 0 never issued".
+- a backend object: the rank's process groups are created with a registered backend
+  ``traced_<backend>`` (:func:`traced_backend`) whose groups are tracing groups over a
+  fresh ``ProcessGroupGloo``/``ProcessGroupNCCL``, logging into the process-wide
+  :data:`TRACER` that the conformance checks read, on the default group and on every
+  subgroup; or
+- an existing ``ProcessGroup`` (``dist.new_group(backend="gloo")``, the default group):
+  what the bench and the reference DDP's tests do, each with a :class:`Tracer` of its own.
+
+Each call is logged as a :class:`Collective` (kind, dtype, element count, bytes, group
+size, launch time) with the phase the tracer was in (step, microbatch, stage), so the
+checks can say "rank 1, step 2, backward: an allreduce of 310 float32 elements that rank
+0 never issued"; with ``Tracer.completions`` on, also when the collective completed
+(stamped in the work's future callback), for the bench's overlap figures.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as C10dBackend
 
 #: Stages the engine marks; collectives in ``record`` come from the harness reading state.
 STAGES = ("wrap", "zero_grad", "forward", "backward", "optimizer", "join", "record")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Collective:
+    """One collective as the tracing group saw it. Equality ignores the time stamps."""
+
     step: int
     microbatch: int
     stage: str
@@ -33,6 +46,11 @@ class Collective:
     dtype: str
     numel: int
     group_size: int
+    nbytes: int = 0
+    #: ``time.perf_counter()`` when it was issued, and when its work completed (only when
+    #: the tracer asked for completions; ``None`` until then).
+    launched: float = field(default=0.0, compare=False)
+    done: float | None = field(default=None, compare=False)
 
     def signature(self) -> tuple[str, str, int, int]:
         """What must match across ranks: kind, dtype, element count, group size."""
@@ -41,15 +59,25 @@ class Collective:
     def describe(self) -> str:
         return f"{self.kind}({self.numel} x {self.dtype}, group of {self.group_size})"
 
+    def __reduce__(self) -> tuple[type[Collective], tuple[Any, ...]]:
+        # Positional: a rank's trace travels to the parent; this pickles smaller than the
+        # field-named state (and smaller than the frozen dataclass this replaced).
+        return (Collective, tuple(getattr(self, f) for f in self.__slots__))
+
 
 class Tracer:
-    """The process's trace: the current phase and the collectives logged so far."""
+    """A trace: the current phase and the collectives logged so far.
 
-    def __init__(self) -> None:
+    ``completions``: stamp each collective's completion time (a callback on its work's
+    future; costs a callback per collective, so off unless asked for).
+    """
+
+    def __init__(self, completions: bool = False) -> None:
         self.log: list[Collective] = []
         self.step = -1
         self.microbatch = -1
         self.stage = "wrap"
+        self.completions = completions
 
     def phase(self, stage: str, step: int = -1, microbatch: int = -1) -> None:
         assert stage in STAGES, stage
@@ -59,12 +87,28 @@ class Tracer:
         log, self.log = self.log, []
         return log
 
-    def record(self, kind: str, tensor: torch.Tensor | None, numel: int, group_size: int) -> None:
+    def record(self, kind: str, tensor: torch.Tensor | None, numel: int, group_size: int) -> Collective:
+        """Log a collective launched now, of ``numel`` elements of ``tensor``'s dtype."""
         dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else "-"
-        self.log.append(Collective(self.step, self.microbatch, self.stage, kind, dtype, numel,
-                                   group_size))
+        nbytes = numel * tensor.element_size() if tensor is not None else 0
+        entry = Collective(self.step, self.microbatch, self.stage, kind, dtype, numel, group_size,
+                           nbytes, time.perf_counter())
+        self.log.append(entry)
+        return entry
+
+    def watch(self, entry: Collective, work: Any) -> None:
+        """Stamp ``entry.done`` when ``work`` completes (on the backend's thread)."""
+        def done(_: Any) -> None:
+            entry.done = time.perf_counter()
+
+        try:
+            future = work.get_future()
+        except (RuntimeError, AttributeError):  # a work without a future: no completion time
+            return
+        future.add_done_callback(done)
 
 
+#: The process's trace, read by the conformance checks (groups of :func:`traced_backend`).
 TRACER = Tracer()
 
 
@@ -117,11 +161,15 @@ def _traced(name: str) -> Callable[..., Any]:
 
     def call(self: TracingProcessGroup, *args: Any, **kwargs: Any) -> Any:
         tensor, numel = measure(args) if args else (None, 0)
-        TRACER.record(name, tensor, numel, self.size())
-        # Not every operation is bound on the backend object (ProcessGroupGloo lacks the
+        tracer = self.tracer
+        entry = tracer.record(name, tensor, numel, self.size())
+        # Not every operation is bound on a backend object (ProcessGroupGloo lacks the
         # coalesced ones): those take the generic c10d path of a plain group over it.
         target = self.inner if hasattr(self.inner, name) else self.plain
-        return getattr(target, name)(*args, **kwargs)
+        work = getattr(target, name)(*args, **kwargs)
+        if tracer.completions:
+            tracer.watch(entry, work)
+        return work
 
     call.__name__ = name
     return call
@@ -132,22 +180,41 @@ _DEVICE_BACKENDS = {"gloo": (("cpu", _BT.GLOO), ("cuda", _BT.GLOO)), "nccl": (("
 
 
 class TracingProcessGroup(dist.ProcessGroup):
-    """A process group that logs every collective to :data:`TRACER` and forwards it."""
+    """A process group that logs every collective into ``tracer`` and forwards it to ``inner``.
 
-    def __init__(self, inner: dist.ProcessGroup, backend_name: str) -> None:
+    ``inner``: a backend object (``ProcessGroupGloo``, ``ProcessGroupNCCL``) or a
+    ``ProcessGroup``. ``backend_name``: what ``getBackendName`` answers (default
+    ``traced_<inner's backend>``; a group created through a registered backend must answer
+    the registered name). ``tracer``: default :data:`TRACER`.
+    """
+
+    def __init__(self, inner: dist.ProcessGroup | C10dBackend, backend_name: str | None = None,
+                 tracer: Tracer | None = None) -> None:
         super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]
         self.inner = inner
-        self.backend_name = backend_name
-        # C++ callers that look a backend up by device (functional collectives, DeviceMesh,
-        # FSDP) find the real one: they work, untraced; Python-level calls are traced.
-        #: A plain c10d group over the same backend, for operations the backend object does
-        #: not bind in Python (calling the base class on ``self`` would recurse into us).
-        self.plain = dist.ProcessGroup(inner.rank(), inner.size())  # type: ignore[call-arg]
-        for device, kind in _DEVICE_BACKENDS.get(backend_name.removeprefix("traced_"), ()):
-            for group in (self, self.plain):
-                group._register_backend(torch.device(device), kind, inner)  # type: ignore[arg-type]
-        if backend_name.removeprefix("traced_") in _DEVICE_BACKENDS:
-            self.plain._set_default_backend(_DEVICE_BACKENDS[backend_name.removeprefix("traced_")][0][1])
+        self.tracer = TRACER if tracer is None else tracer
+        if isinstance(inner, dist.ProcessGroup):
+            real = inner._get_backend_name().removeprefix("traced_")
+            #: What serves the operations ``inner`` does not bind in Python: itself here.
+            self.plain = inner
+            # C++ callers that look a backend up by device (functional collectives,
+            # DeviceMesh, FSDP, object collectives) find the real one: they work, untraced;
+            # Python-level calls and the C++ group's collectives (DDP's reducer) are traced.
+            for device, kind in _DEVICE_BACKENDS.get(real, ()):
+                if torch.device(device) in inner._device_types:
+                    self._register_backend(torch.device(device), kind,
+                                           inner._get_backend(torch.device(device)))
+        else:
+            real = inner.name().removeprefix("traced_")
+            #: A plain c10d group over the same backend, for operations the backend object
+            #: does not bind in Python (calling the base class on ``self`` would recurse).
+            self.plain = dist.ProcessGroup(inner.rank(), inner.size())  # type: ignore[call-arg]
+            for device, kind in _DEVICE_BACKENDS.get(real, ()):
+                for group in (self, self.plain):
+                    group._register_backend(torch.device(device), kind, inner)
+            if real in _DEVICE_BACKENDS:
+                self.plain._set_default_backend(_DEVICE_BACKENDS[real][0][1])
+        self.backend_name = backend_name or f"traced_{real}"
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return self.backend_name  # the registered name: torch looks the backend up by it

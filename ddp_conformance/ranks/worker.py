@@ -61,6 +61,27 @@ def serve(args: argparse.Namespace) -> None:
             os._exit(0)
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """End this rank when the parent process dies, however it dies (SIGKILL included).
+
+    A rank blocked in a collective, or connecting to the parent's store, never reads its
+    closed socket, so it would outlive a killed parent by the store's timeout. On Linux the
+    kernel sends it SIGKILL instead (``PR_SET_PDEATHSIG``). The signal follows the *thread*
+    that started the process: the pool must start ranks from a thread that lives as long as
+    the pool. Elsewhere this does nothing: the socket still ends an idle rank.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ddp_conformance.ranks.worker")
     parser.add_argument("--rank", type=int, required=True)
@@ -72,7 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--stack-file", required=True)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
     stack_file = open(args.stack_file, "w")  # noqa: SIM115 - lives as long as the process
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     faulthandler.enable(file=stack_file)

@@ -14,11 +14,11 @@ from typing import Any
 
 from tabulate import tabulate
 
+from ddp_conformance.bench.stats import flat, quartiles
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.verdict import Verdict
 
 from .load import BENCH_FILE, RESULTS_FILE, load_bench, load_results
-from .timing import flat, quartiles
 
 UNEXPECTED = {v.value for v in Verdict if v.unexpected}
 

@@ -34,7 +34,8 @@ def run_header(info: dict[str, Any]) -> list[str]:
         lines.append(f"ddp-conformance at {git_line(info['project_git'])}")
     for c in info.get("candidates", []):
         extra = f", git {git_line(c['git'])}" if "git" in c else ""
-        lines.append(f"candidate `{c['name']}` {c.get('version') or ''}{extra}")
+        version = f" {c['version']}" if c.get("version") else ""
+        lines.append(f"candidate `{c['name']}`{version}{extra}")
     return lines
 
 

@@ -12,9 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 
+from ddp_conformance.bench.stats import quartiles  # noqa: E402
 from ddp_conformance.judge.verdict import Result  # noqa: E402
 
-from .timing import BASELINE, breakdown, flat, keyed, model_rows, quartiles  # noqa: E402
+from .timing import BASELINE, breakdown, keyed, model_rows  # noqa: E402
 
 FLOOR = 1e-12  # zero error drawn here on the log scale
 MAX_LINES = 8
@@ -189,4 +190,4 @@ def experiment_plot(key: str, exp: dict[str, Any]) -> str | None:
     return to_png(fig)
 
 
-__all__ = ["error_per_step", "step_times", "bandwidth", "experiment_plot", "flat"]
+__all__ = ["error_per_step", "step_times", "bandwidth", "experiment_plot"]

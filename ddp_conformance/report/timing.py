@@ -1,4 +1,5 @@
-"""Timing figures from ``bench.json``: statistics, tables, and what they say about the paper.
+"""Timing figures from ``bench.json``: tables, and what they say about the paper (the
+statistics are :mod:`ddp_conformance.bench.stats`).
 
 Conventions: step times are rank 0's, in seconds; a statistic is (median, q1, q3); the
 spread of a ratio is the interquartile range of per-round ratios (each round's median
@@ -11,49 +12,9 @@ from typing import Any
 
 from tabulate import tabulate
 
+from ddp_conformance.bench.stats import busbw, flat, median_ci, quartiles, round_ratios
+
 BASELINE = "torch"
-
-
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """(median, q1, q3); q1 = q3 = median for fewer than 2 values."""
-    if not values:
-        return (float("nan"),) * 3  # type: ignore[return-value]
-    if len(values) < 2:
-        return values[0], values[0], values[0]
-    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return med, q1, q3
-
-
-def flat(rounds: list[list[float]]) -> list[float]:
-    return [t for r in rounds for t in r]
-
-
-def round_ratios(rounds: list[list[float]], base_rounds: list[list[float]]) -> list[float]:
-    """Per interleaved round: median of ``rounds`` over median of ``base_rounds``."""
-    return [statistics.median(a) / statistics.median(b) for a, b in zip(rounds, base_rounds, strict=False)]
-
-
-def median_ci(values: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of the median of ``values`` (resampling the rounds): how far the
-    reported median would move from run to run under the noise this run saw."""
-    import random
-
-    if len(values) < 2:
-        return (values[0], values[0]) if values else (float("nan"), float("nan"))
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
-
-
-def relative_spread(stat: tuple[float, float, float]) -> float:
-    med, q1, q3 = stat
-    return (q3 - q1) / med if med else float("nan")
-
-
-def bus_bandwidth(nbytes: float, seconds: float, world_size: int) -> float:
-    """busbw = algbw * 2 (n - 1) / n (bytes/s); as :func:`ddp_conformance.bench.busbw.busbw`
-    without importing torch."""
-    return nbytes / seconds * 2 * (world_size - 1) / world_size if seconds > 0 else float("nan")
 
 
 def ms(stat: tuple[float, float, float]) -> str:
@@ -63,6 +24,11 @@ def ms(stat: tuple[float, float, float]) -> str:
 
 def gbs(x: float) -> str:
     return f"{x / 1e9:.2f}"
+
+
+def _busbw(nbytes: float, seconds: float, world_size: int) -> float:
+    """:func:`~ddp_conformance.bench.stats.busbw`, NaN (not shown) when nothing was timed."""
+    return busbw(nbytes, seconds, world_size) if seconds > 0 else float("nan")
 
 
 def model_rows(model: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
@@ -87,8 +53,8 @@ def model_rows(model: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
             row["overlap_launched"] = sum(probe["launched_before_last_hook"]) / total if total else 0.0
             row["overlap_completed"] = sum(probe["completed_before_last_hook"]) / total if total else 0.0
             row["comm_busy_s"] = busy
-            row["grad_busbw"] = bus_bandwidth(nbytes, busy, world_size)
-            row["raw_busbw"] = bus_bandwidth(model["grad_bytes"], raw[0], world_size)
+            row["grad_busbw"] = _busbw(nbytes, busy, world_size)
+            row["raw_busbw"] = _busbw(model["grad_bytes"], raw[0], world_size)
         rows.append(row)
     return rows
 

@@ -5,14 +5,13 @@ piece overridden. :class:`MutantDDP` keeps torch's constructor signature exactly
 harness reads the same capabilities as for the reference) and lets a mutant
 
 * change the constructor options it passes on (:meth:`MutantDDP.options`), or
-* swap the reducer for a subclass with one method changed (``reducer_class``: the
-  reducer object built by the reference is re-classed after construction, so its
-  autograd hooks, which look the method up at call time, run the mutant's code).
+* swap the reducer for a subclass with one method changed (``reducer_class``, a class
+  attribute of the reference: its constructor builds ``self.reducer_class(...)``).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -23,8 +22,6 @@ from torch import nn
 
 class MutantDDP(DistributedDataParallel):
     """The reference DDP, unchanged unless a subclass overrides something."""
-
-    reducer_class: ClassVar[type[Reducer]] = Reducer
 
     def __init__(
         self,
@@ -48,8 +45,6 @@ class MutantDDP(DistributedDataParallel):
         object.__setattr__(self, "_constructing", True)
         super().__init__(module, device_ids, output_device, **opts)
         self._constructing = False
-        if self.reducer_class is not Reducer:
-            self.reducer.__class__ = self.reducer_class
         self.mutate()
 
     def mutate(self) -> None:

@@ -16,7 +16,7 @@ from torch.distributed.algorithms.join import Join
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from tests.reference import models
-from tests.reference.workers import IMPLS, TracingPG
+from tests.reference.workers import IMPLS, traced
 
 
 def _error_text(fn: Callable[[], Any]) -> str | None:
@@ -232,7 +232,7 @@ class _Probe(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
-        ctx.seen.append(sum(1 for entry in ctx.log if entry[0] == "allreduce"))
+        ctx.seen.append(sum(1 for entry in ctx.log if entry.kind == "allreduce"))
         return grad, None, None
 
 
@@ -252,15 +252,15 @@ def overlap_and_views(rank: int, world_size: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for impl in IMPLS:
         model = _ProbedMLP()
-        pg = TracingPG(dist.distributed_c10d._get_default_group())
+        pg = traced(dist.distributed_c10d._get_default_group())
         ddp = IMPLS[impl](model, process_group=pg, bucket_cap_mb=0.002)
         for _ in range(3):
-            pg.log.clear()
-            model.log = pg.log
+            pg.tracer.take()
+            model.log = pg.tracer.log  # the list this backward's collectives go to
             model.seen.clear()
             ddp(torch.randn(4, 8)).sum().backward()
         # allreduces issued before fc1's gradient existed / in the whole backward
-        out[f"overlap/{impl}"] = (model.seen[0], sum(1 for e in pg.log if e[0] == "allreduce"))
+        out[f"overlap/{impl}"] = (model.seen[0], sum(1 for e in pg.tracer.log if e.kind == "allreduce"))
 
     model2 = models.MLP()
     ddp2 = ddp_reference.DistributedDataParallel(model2, gradient_as_bucket_view=True)

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ddp_conformance.ranks.tracing import Tracer, TracingProcessGroup
 from tests.reference import models
 
 TorchDDP = nn.parallel.DistributedDataParallel
@@ -25,35 +26,15 @@ RefDDP = ddp_reference.DistributedDataParallel
 IMPLS: dict[str, Callable[..., nn.Module]] = {"torch": TorchDDP, "reference": RefDDP}
 
 
-class TracingPG(dist.ProcessGroup):
-    """A process group forwarding to the default one and logging every collective
-    (kind, dtype, element count). Torch's C++ reducer calls it too."""
+def traced(group: dist.ProcessGroup) -> TracingProcessGroup:
+    """A group forwarding to ``group`` that logs every collective into a tracer of its own.
+    Torch's C++ reducer calls it too."""
+    return TracingProcessGroup(group, tracer=Tracer())
 
-    def __init__(self, inner: dist.ProcessGroup) -> None:
-        super().__init__(inner.rank(), inner.size())
-        self.inner = inner
-        self.log: list[tuple[str, str, int]] = []
 
-    def getBackendName(self) -> str:
-        return "tracing"
-
-    def allreduce(self, tensors: Any, opts: Any = None) -> Any:
-        self.log.append(("allreduce", str(tensors[0].dtype), tensors[0].numel()))
-        return self.inner.allreduce(tensors) if opts is None else self.inner.allreduce(tensors, opts)
-
-    def broadcast(self, tensors: Any, opts: Any = None) -> Any:
-        self.log.append(("broadcast", str(tensors[0].dtype), tensors[0].numel()))
-        return self.inner.broadcast(tensors) if opts is None else self.inner.broadcast(tensors, opts)
-
-    def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
-        self.log.append(("allgather", str(inputs[0].dtype), inputs[0].numel()))
-        if opts is None:
-            return self.inner.allgather(outputs, inputs)
-        return self.inner.allgather(outputs, inputs, opts)
-
-    def take(self) -> list[tuple[str, str, int]]:
-        log, self.log = self.log, []
-        return log
+def calls(pg: TracingProcessGroup) -> list[tuple[str, str, int]]:
+    """The collectives ``pg`` logged since the last call, as (kind, dtype, element count)."""
+    return [(c.kind, c.dtype, c.numel) for c in pg.tracer.take()]
 
 
 @dataclass
@@ -146,14 +127,15 @@ def run_spec(rank: int, impl: str, spec: Spec) -> dict[str, Any]:
     if spec.rank_config == "extra_on_rank0":
         model.use_extra = rank == 0  # type: ignore[assignment]
     default_pg = dist.distributed_c10d._get_default_group()
-    pg = TracingPG(default_pg) if spec.trace else default_pg
+    pg = traced(default_pg) if spec.trace else default_pg
     ddp = IMPLS[impl](model, process_group=pg, **spec.kwargs)
     sparse = spec.model == "sparse_emb"
     if spec.optimizer == "adam":
         opt: torch.optim.Optimizer = torch.optim.Adam(ddp.parameters(), lr=0.01)
     else:
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.0 if sparse else 0.9)
-    init_trace = pg.take() if spec.trace else []
+    traces = spec.trace and isinstance(pg, TracingProcessGroup)
+    init_trace = calls(pg) if traces else []
     gen = torch.Generator().manual_seed(1000 + rank)
     steps = []
     for step in range(spec.steps):
@@ -161,7 +143,7 @@ def run_spec(rank: int, impl: str, spec: Spec) -> dict[str, Any]:
         if step in spec.no_grad_steps:
             with torch.no_grad():
                 ddp(x)
-            steps.append({**_snapshot(ddp, model), "trace": pg.take() if spec.trace else []})
+            steps.append({**_snapshot(ddp, model), "trace": calls(pg) if traces else []})
             continue
         no_sync = step in spec.no_sync_steps
         with ddp.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[operator]
@@ -171,7 +153,7 @@ def run_spec(rank: int, impl: str, spec: Spec) -> dict[str, Any]:
             opt.step()
             opt.zero_grad(set_to_none=spec.set_to_none)
             record["after_step"] = _snapshot(ddp, model)
-        record["trace"] = pg.take() if spec.trace else []
+        record["trace"] = calls(pg) if traces else []
         steps.append(record)
     logging = ddp._get_ddp_logging_data()  # type: ignore[operator]
     layout = {k: logging.get(k) for k in ("bucket_sizes", "rebuilt_bucket_sizes",

@@ -1,0 +1,99 @@
+"""``trace.dtype``: gradients are reduced without losing precision."""
+from __future__ import annotations
+
+from ddp_conformance.judge.registry import Context, check, traced
+from ddp_conformance.judge.trace_facts import (
+    defined_gradients,
+    elements_by_dtype,
+    gradient_reduction,
+    needed_by_dtype,
+    synced_microbatches,
+)
+from ddp_conformance.judge.wire_dtypes import holders, lossless, same, shortfall
+
+#: The dtype a comm hook puts on the wire, when it is not the gradients' own.
+HOOK_WIRE_DTYPE = {"fp16_compress": "float16"}
+
+
+@check("trace.dtype", when=traced)
+def wire_dtype(ctx: Context) -> None:
+    """Backward gradient reductions (reducing collectives of floating dtype) lose no
+    precision. A wire dtype W is lossless for a gradient dtype G when W represents every
+    G value exactly (float64 holds float32, which holds float16 and bfloat16; float16 and
+    bfloat16 are incomparable: :mod:`~ddp_conformance.judge.wire_dtypes`).
+
+    - With a comm hook that sets the wire dtype (``fp16_compress``: float16, torch's
+      ``fp16_compress_hook`` casts each bucket to float16), exactly that dtype: a hook
+      that is ignored is caught.
+    - Strict profile (``torch``, ``reference``, ``--strict-profile``): torch's exact wire
+      dtype, the gradients' own (torch's reducer buckets per dtype and reduces each bucket
+      in its dtype); in a mixed model each dtype's needed elements in that dtype.
+    - Otherwise each reduction's dtype must be lossless for some gradient dtype of the
+      model (float32 gradients allreduced in float64 and cast back lose nothing; in float16
+      they do), and in a mixed model the per-dtype volume must be able to carry every
+      needed element losslessly: for every set S of gradient dtypes, the needed elements
+      of S are at most the elements reduced in dtypes lossless for some member of S
+      (Hall's condition). Needed elements are those of the gradients defined on some rank,
+      as for ``trace.reduced_once``.
+
+    The volume part is skipped with a comm hook, for single-dtype models (the per
+    collective rule and ``trace.reduced_once`` cover them) and where
+    ``Scenario.trace_volume`` is off. One failure per rank for the per-collective rule,
+    one in all for the volume.
+    """
+    wire = HOOK_WIRE_DTYPE.get(ctx.scenario.comm_hook or "")
+    _each_reduction(ctx, wire)
+    if not wire and len(ctx.oracle.numel_by_dtype) > 1 and ctx.scenario.trace_volume:
+        _per_dtype_volume(ctx)
+
+
+def _each_reduction(ctx: Context, wire: str | None) -> None:
+    ev, grads = ctx.evidence, ctx.oracle.grad_dtypes
+    own = " or ".join(sorted(grads))
+    if wire:
+        def allowed(w: str) -> bool:
+            return w == wire
+        expected = f"expected {wire} (precision silently changed)"
+    elif ctx.strict:
+        def allowed(w: str) -> bool:
+            return w in grads
+        expected = (f"expected {own} (strict profile: torch's wire dtype, the gradients' own; "
+                    f"precision silently changed)")
+    else:
+        def allowed(w: str) -> bool:
+            return any(lossless(w, g) for g in grads)
+        wider = [w for w in holders(grads, lossless) if w not in grads]
+        exactly = f" or a dtype that holds it exactly ({' or '.join(wider)})" if wider else ""
+        expected = f"expected {own}{exactly} (precision lost)"
+    ev.ran("trace.dtype")
+    for rank, rec in sorted(ctx.records.items()):
+        for c in rec.trace:
+            if gradient_reduction(c) and not allowed(c.dtype):
+                ev.fail("trace.dtype", f"step {c.step}, microbatch {c.microbatch}, rank {rank}: "
+                        f"gradients reduced as {c.describe()}, {expected}", c.step, rank)
+                break
+
+
+def _per_dtype_volume(ctx: Context) -> None:
+    ev, scenario, oracle = ctx.evidence, ctx.scenario, ctx.oracle
+    relation, effect = (same, "precision changed") if ctx.strict else (lossless, "precision lost")
+    for rank, rec in sorted(ctx.records.items()):
+        seen = elements_by_dtype(rec.trace)
+        if not seen:
+            continue  # a blind trace: noted by trace.reduced_once
+        for step in range(len(rec.steps)):
+            for mb in synced_microbatches(scenario):
+                got = seen.get((step, mb), {})
+                needed = needed_by_dtype(oracle, defined_gradients(scenario, oracle, step, mb))
+                short = shortfall(needed, got, relation)
+                if short is None:
+                    continue
+                kinds = " and ".join(short.dtypes)
+                full = sum(oracle.numel_by_dtype.get(d, 0) for d in short.dtypes)
+                of = (f"the model's {short.needed} {kinds} gradient elements" if short.needed == full
+                      else f"the {short.needed} {kinds} gradient elements defined on some rank")
+                into = " or ".join(holders(frozenset(short.dtypes), relation))
+                ev.fail("trace.dtype", f"step {step}, microbatch {mb}, rank {rank}: only "
+                        f"{short.covered} of {of} were reduced in {into} "
+                        f"(reduced as {dict(got)}: {effect})", step, rank)
+                return

@@ -1,0 +1,40 @@
+"""``trace.no_sync``: nothing synchronised inside ``no_sync``."""
+from __future__ import annotations
+
+from ddp_conformance.catalog.procedure import buffers_broadcast, synced
+from ddp_conformance.judge.registry import Context, check, traced
+from ddp_conformance.judge.trace_facts import FLOATING, STEP_STAGES, SYNCING
+
+
+def _has_no_sync_window(ctx: Context) -> bool:
+    return traced(ctx) and ctx.scenario.microbatches >= 2 and not synced(ctx.scenario, 0)
+
+
+@check("trace.no_sync", when=_has_no_sync_window)
+def no_sync(ctx: Context) -> None:
+    """No reduction and no broadcast of floating-point data (gradients, parameters,
+    buffers) in the forward or backward of a microbatch inside ``no_sync()`` (torch:
+    ``no_sync`` disables gradient synchronisation). Gathering parameters is allowed (a
+    sharded candidate all-gathers its weights for every forward). Two exceptions follow
+    torch: the buffer broadcast at a forward that follows a synced forward
+    (``procedure.buffers_broadcast``), and integer metadata: torch rebuilds its buckets
+    once, at the first forward after the first synced backward, and broadcasts the new
+    layout as int32 even inside ``no_sync``. Under Join, the one-element allreduce by
+    which Join counts the ranks still active is allowed too. One failure per rank."""
+    ev, scenario = ctx.evidence, ctx.scenario
+    ev.ran("trace.no_sync")
+    for rank, rec in sorted(ctx.records.items()):
+        for c in rec.trace:
+            if c.stage not in STEP_STAGES or synced(scenario, c.microbatch) \
+                    or c.dtype not in FLOATING or c.kind not in SYNCING:
+                continue
+            if c.stage == "forward" and c.kind == "broadcast" and \
+                    buffers_broadcast(scenario, c.step, c.microbatch):
+                continue  # the buffer broadcast torch owes the previous synced forward
+            if scenario.join is not None and c.kind == "allreduce" and c.numel == 1 \
+                    and c.stage == "forward":
+                continue  # Join's count of active ranks
+            ev.fail("trace.no_sync", f"step {c.step}, microbatch {c.microbatch} (inside "
+                    f"no_sync), rank {rank}: {c.describe()} issued in {c.stage}",
+                    c.step, rank)
+            break

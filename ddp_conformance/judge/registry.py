@@ -1,0 +1,127 @@
+"""The registry of checks: every check is a named unit that declares the ids it may report.
+
+A unit is a function of a :class:`Context` registered with :func:`check`, which names it,
+lists the check ids it may report (``init.param``, ``trace.dtype``, ...) and says when it
+applies. :func:`run_checks` runs the registered units in registration order (the order
+:mod:`ddp_conformance.judge.checks` imports them in), each inside
+:meth:`Evidence.reporting`, so a unit that reports an id it did not declare raises
+``AssertionError``: the registry's ids are everything the judge can fail.
+
+A unit's docstring is its contract: what it demands, and why torch's DDP behaves so.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.judge.evidence import Evidence
+from ddp_conformance.judge.oracle import OracleRecord
+from ddp_conformance.ranks.records import RankRecord
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the checks of one DDP group see: the records and what they are judged against.
+
+    ``reference``: the reference DDP's records of the same group (None: not compared);
+    ``strict``: the strict profile (torch, the reference, ``--strict-profile``: torch's
+    bucket layout and wire dtypes); ``trace``: the records carry a collective trace.
+    """
+
+    scenario: Scenario
+    records: dict[int, RankRecord]
+    oracle: OracleRecord
+    reference: dict[int, RankRecord] | None
+    strict: bool
+    trace: bool
+    evidence: Evidence
+
+    @property
+    def expects_error(self) -> bool:
+        """The scenario's iteration must raise: it is no DDP step, only the error counts."""
+        return self.scenario.expect_error is not None
+
+
+Applies = Callable[[Context], bool]
+Body = Callable[[Context], None]
+
+
+@dataclass(frozen=True)
+class CheckUnit:
+    """One registered check: its name, the ids it may report, when it applies, its body."""
+
+    name: str
+    ids: tuple[str, ...]
+    applies: Applies
+    body: Body
+
+    @property
+    def contract(self) -> str:
+        return self.body.__doc__ or ""
+
+    def __call__(self, ctx: Context) -> None:
+        if self.applies(ctx):
+            with ctx.evidence.reporting(self.name, self.ids):
+                self.body(ctx)
+
+
+_REGISTRY: list[CheckUnit] = []
+
+
+def check(name: str, *ids: str, when: Applies) -> Callable[[Body], Body]:
+    """Register the decorated function as check unit ``name`` reporting ``ids`` (default:
+    ``name`` alone), run where ``when(ctx)`` holds."""
+    declared = ids or (name,)
+
+    def register(body: Body) -> Body:
+        if not (body.__doc__ or "").strip():
+            raise ValueError(f"check unit {name!r} has no docstring: state its contract")
+        if any(u.name == name for u in _REGISTRY):
+            raise ValueError(f"check unit {name!r} registered twice")
+        taken = {i for u in _REGISTRY for i in u.ids} & set(declared)
+        if taken:
+            raise ValueError(f"check unit {name!r} declares ids of another unit: {sorted(taken)}")
+        _REGISTRY.append(CheckUnit(name, declared, when, body))
+        return body
+
+    return register
+
+
+def registered() -> tuple[CheckUnit, ...]:
+    """Every check unit, in the order they run."""
+    import ddp_conformance.judge.checks  # noqa: F401 - registers the units, in order
+
+    return tuple(_REGISTRY)
+
+
+def declared_ids() -> list[str]:
+    """Every check id the judge can report, in run order."""
+    return [i for unit in registered() for i in unit.ids]
+
+
+def run_checks(ctx: Context) -> None:
+    """Run every applicable unit on ``ctx``, in order, adding to ``ctx.evidence``."""
+    for unit in registered():
+        unit(ctx)
+
+
+# When units apply. An expected error ends the scenario's iteration: that iteration is no
+# DDP step, so value and volume checks do not apply (only the error and trace agreement).
+
+def values(ctx: Context) -> bool:
+    """The scenario trains (expects no error)."""
+    return not ctx.expects_error
+
+
+def expecting_error(ctx: Context) -> bool:
+    return ctx.expects_error
+
+
+def against_reference(ctx: Context) -> bool:
+    return values(ctx) and ctx.reference is not None
+
+
+def traced(ctx: Context) -> bool:
+    """A trace to check, of a scenario that trains."""
+    return values(ctx) and ctx.trace

@@ -1,0 +1,326 @@
+"""Golden tests of the text a person reads: the summary table, the progress line, one-line
+usage errors, and a failure's evidence (Markdown summary and pytest's evidence block).
+
+The expected texts are inline (``assertExpectedInline``). After an intended change of a
+text, rewrite them with expecttest's accept flag and review the diff::
+
+    EXPECTTEST_ACCEPT=1 python -m pytest tests/test_golden_text.py
+
+Inputs are hand-built with fixed values (no dates, paths or versions of this machine), so
+the texts are deterministic; the command-line errors run ``python -m ddp_conformance run``
+with bad input, which fails before any rank process starts.
+"""
+# The golden texts below are verbatim lines of output, however long they are.
+# ruff: noqa: E501
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import expecttest
+
+from ddp_conformance.cli import progress_line, summary_table
+from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
+from ddp_conformance.pytest_items import describe
+from ddp_conformance.report.markdown import markdown_summary
+
+REPO = Path(__file__).resolve().parent.parent
+
+DEFECTIVE = "tests.defective:SumsWithoutDividing"
+HANGS = "tests.defective:JoinHookDoesNotShadow"
+
+
+def result(scenario: str, candidate: str, verdict: Verdict, **kwargs: Any) -> Result:
+    """A result as the runner makes it: 2 ranks, gloo on the CPU."""
+    return Result(scenario, candidate, verdict, world_size=2, backend="gloo", device="cpu",
+                  **kwargs)
+
+
+def failed_result() -> Result:
+    """A FAIL as SumsWithoutDividing produces it: two checks failed, figures for both."""
+    return result(
+        "gradients/mlp-sgd", DEFECTIVE, Verdict.FAIL, duration_s=2.46,
+        failures=[
+            CheckFailure("oracle.grad", "oracle.grad: step 0, rank 0, '0.weight': max abs error "
+                         "0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance "
+                         "1e-05 x max|expected| 0.0644", step=0, rank=0, name="0.weight"),
+            CheckFailure("oracle.param", "oracle.param: step 0, rank 0, '4.weight': max abs "
+                         "error 0.00678 against the oracle (max rel 0.149, 1.819e+06 ulp) exceeds "
+                         "tolerance 1e-05 x max|expected| 0.249", step=0, rank=0, name="4.weight"),
+        ],
+        figures=[
+            Figure("init.param", -1, 1, "0.weight", True, 0.0, 0.0, 0.0, 0.0),
+            Figure("oracle.grad", 0, 0, "0.weight", False, 0.06439532339572906, 1.0, 8388608.0,
+                   1e-05),
+            Figure("oracle.grad", 0, 1, "0.weight", False, 0.06439532339572906, 1.0, 8388608.0,
+                   1e-05),
+            Figure("oracle.grad", 1, 0, "0.weight", False, 0.4650000035762787, 400.0,
+                   2029000000.0, 1e-05),
+            Figure("oracle.param", 0, 0, "4.weight", False, 0.006780000030994415,
+                   0.14900000393390656, 1819000.0, 1e-05),
+        ],
+        checks_run=["init.param", "oracle.grad", "oracle.param"])
+
+
+STACK_RANK0 = """\
+Thread 0x00007f2e5d7fe6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+
+Current thread 0x00007f2e6c1b2740 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2810 in all_reduce
+  File "/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", line 1421 in _check_global_requires_backward_grad_sync
+  File "/src/tests/defective.py", line 58 in forward
+  File "/src/ddp_conformance/ranks/procedure.py", line 88 in run_steps
+"""
+
+STACK_RANK1 = """\
+Current thread 0x00007f9a0c4d1740 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/join.py", line 274 in __exit__
+  File "/src/ddp_conformance/ranks/procedure.py", line 97 in run_steps
+"""
+
+
+def timeout_result() -> Result:
+    """A TIMEOUT as the runner makes it: every stuck rank's faulthandler stack."""
+    return result(
+        "join/uneven-divide-by-initial", HANGS, Verdict.TIMEOUT, duration_s=8.02,
+        reason="no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce "
+               "(distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at "
+               "__exit__ (join.py:274)",
+        stacks={1: STACK_RANK1, 0: STACK_RANK0})
+
+
+RUN_INFO = {
+    "type": "run", "started": "2026-01-02T03:04:05+00:00", "torch": "2.13.0+cpu",
+    "python": "3.11.7", "cpu_count": 2, "backend": "gloo", "device": "cpu", "devices": ["cpu"],
+    "world_size": 2,
+    "project_git": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": True},
+    "candidates": [
+        {"name": "torch", "version": "2.13.0+cpu"},
+        {"name": DEFECTIVE, "version": "", "git": {"commit": "fedcba9876543210fedcba98"}},
+    ],
+}
+
+
+def show_trailing_spaces(text: str) -> str:
+    """Trailing spaces made visible as ``·`` (a Markdown line break is two of them), so that
+    the golden text shows them and no editor strips them."""
+    return re.sub(r" +$", lambda m: "·" * len(m.group()), text, flags=re.MULTILINE)
+
+
+class TestSummaryTable(expecttest.TestCase):
+    def test_two_candidates_several_verdicts(self) -> None:
+        results = [
+            result("gradients/mlp-sgd", "torch", Verdict.PASS),
+            result("gradients/mlp-sgd", DEFECTIVE, Verdict.FAIL),
+            result("no-sync/window-of-3", "torch", Verdict.PASS),
+            result("no-sync/window-of-3", DEFECTIVE, Verdict.NA, reason="candidate lacks no_sync"),
+            result("join/uneven-divide-by-initial", "torch", Verdict.XFAIL, expectation="known"),
+            result("join/uneven-divide-by-initial", DEFECTIVE, Verdict.TIMEOUT),
+            # Run for one candidate only: the other's cell stays empty.
+            result("comm-hooks/allreduce", "torch", Verdict.PASS),
+        ]
+        self.assertExpectedInline(summary_table(results), """\
+scenario                       torch    tests.defective:SumsWithoutDividing
+-----------------------------  -------  -------------------------------------
+gradients/mlp-sgd              PASS     FAIL
+no-sync/window-of-3            PASS     N/A
+join/uneven-divide-by-initial  XFAIL    TIMEOUT
+comm-hooks/allreduce           PASS""")
+
+
+class TestProgressLine(expecttest.TestCase):
+    def test_pass(self) -> None:
+        r = result("gradients/mlp-sgd", "torch", Verdict.PASS, duration_s=1.234)
+        self.assertExpectedInline(progress_line(3, 12, r), """[ 3/12] PASS    gradients/mlp-sgd[torch] (1.23s)""")
+
+    def test_fail_with_message(self) -> None:
+        self.assertExpectedInline(progress_line(12, 12, failed_result()), """\
+[12/12] FAIL    gradients/mlp-sgd[tests.defective:SumsWithoutDividing] (2.46s)
+    oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644""")
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    """``python -m ddp_conformance run ARGS`` from the repository root: (exit code, stderr).
+
+    Its own process group, so that if a regression lets it start ranks, the kill after 10 s
+    takes them too; its report directory is a temporary one.
+    """
+    with tempfile.TemporaryDirectory() as reports:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ddp_conformance", "run", *args, "--report-dir", reports],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:
+            _, stderr = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise AssertionError(f"ddp-conformance run {' '.join(args)} took over 10 s") from None
+    return proc.returncode, stderr
+
+
+#: Machine- or version-specific parts of an error line, and what replaces them.
+_MASKS = [
+    (re.compile(re.escape(str(REPO))), "<repo>"),
+]
+
+
+class TestUsageErrors(expecttest.TestCase):
+    def usage_error(self, *args: str) -> str:
+        """The one stderr line of a run that fails with exit code 2, masked."""
+        code, stderr = run_cli(*args)
+        self.assertEqual(code, 2, stderr)
+        lines = stderr.splitlines()
+        self.assertEqual(len(lines), 1, f"not one line on stderr:\n{stderr}")
+        line = lines[0]
+        for pattern, replacement in _MASKS:
+            line = pattern.sub(replacement, line)
+        return line
+
+    def test_unknown_candidate(self) -> None:
+        self.assertExpectedInline(self.usage_error("--candidate", "nosuch"), """ddp-conformance: error: unknown candidate 'nosuch': not a built-in (torch, reference, torch-python-reducer, replicate, fsdp-no-shard, fsdp-full-shard, fsdp2, lightning, accelerate, deepspeed-zero0, deepspeed-zero1, deepspeed-zero2, fairscale-sharded) and not of the form package.module:attr""")
+
+    def test_candidate_module_does_not_import(self) -> None:
+        self.assertExpectedInline(self.usage_error("--candidate", "nosuch.module:X"), """ddp-conformance: error: unknown candidate 'nosuch.module:X': cannot import 'nosuch.module' (No module named 'nosuch')""")
+
+    def test_candidate_attribute_missing(self) -> None:
+        self.assertExpectedInline(self.usage_error("--candidate", "tests.limited:Nope"), """ddp-conformance: error: unknown candidate 'tests.limited:Nope': 'tests.limited' has no attribute 'Nope'""")
+
+    def test_unknown_backend(self) -> None:
+        self.assertExpectedInline(self.usage_error("--backend", "mpi"), """ddp-conformance: error: unknown backend 'mpi'; choose one of gloo, nccl""")
+
+    def test_world_size_zero(self) -> None:
+        self.assertExpectedInline(self.usage_error("--world-size", "0"), """ddp-conformance: error: --world-size must be at least 1, got 0""")
+
+    def test_timeout_zero(self) -> None:
+        self.assertExpectedInline(self.usage_error("--timeout", "0"), """ddp-conformance: error: --timeout must be positive, got 0""")
+
+    def test_repeat_zero(self) -> None:
+        self.assertExpectedInline(self.usage_error("--repeat", "0"), """ddp-conformance: error: --repeat must be at least 1, got 0""")
+
+    def test_keyword_matches_nothing(self) -> None:
+        self.assertExpectedInline(self.usage_error("-k", "no-such-scenario"), """ddp-conformance: error: no scenario matches -k 'no-such-scenario'""")
+
+    def test_keyword_does_not_parse(self) -> None:
+        self.assertExpectedInline(self.usage_error("-k", "a b"), """ddp-conformance: error: -k 'a b' is not a valid expression: expected end of input; got identifier (at column 3)""")
+
+    def test_timeout_not_a_number(self) -> None:
+        self.assertExpectedInline(self.usage_error("--timeout", "nan"), """ddp-conformance: error: --timeout must be positive, got nan""")
+
+    def test_unknown_option(self) -> None:
+        self.assertExpectedInline(self.usage_error("--no-such-option"), """ddp-conformance: error: unrecognized arguments: --no-such-option""")
+
+
+class TestFailureEvidence(expecttest.TestCase):
+    def test_fail_markdown(self) -> None:
+        results = [result("gradients/mlp-sgd", "torch", Verdict.PASS), failed_result()]
+        notes = ["gradients/mlp-sgd: not compared with the reference DDP (reference could not "
+                 "run it: timeout)"]
+        text = markdown_summary(RUN_INFO, results, notes)
+        self.assertExpectedInline(show_trailing_spaces(text), """\
+# ddp-conformance summary
+
+torch 2.13.0+cpu, backend gloo, device cpu, world size 2, 2 CPUs, started 2026-01-02T03:04:05+00:00··
+ddp-conformance at 0123456789ab (dirty)··
+candidate `torch` 2.13.0+cpu··
+candidate `tests.defective:SumsWithoutDividing`, git fedcba987654··
+
+Verdicts: PASS 1, FAIL 1
+
+| scenario          | torch   | tests.defective:SumsWithoutDividing   |
+|-------------------|---------|---------------------------------------|
+| gradients/mlp-sgd | PASS    | FAIL                                  |
+
+## Not passed
+
+### FAIL `gradients/mlp-sgd[tests.defective:SumsWithoutDividing]`
+
+oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644
+
+| check        |   first step | rank(s)   | parameter(s)   |   max abs |   max rel |   max ULP |   tolerance (rtol) |
+|--------------|--------------|-----------|----------------|-----------|-----------|-----------|--------------------|
+| oracle.grad  |            0 | 0, 1      | 0.weight       |   0.465   |   400     | 2.029e+09 |              1e-05 |
+| oracle.param |            0 | 0         | 4.weight       |   0.00678 |     0.149 | 1.819e+06 |              1e-05 |
+
+## Notes
+
+- gradients/mlp-sgd: not compared with the reference DDP (reference could not run it: timeout)
+""")
+
+    def test_fail_pytest_evidence(self) -> None:
+        self.assertExpectedInline("\n".join(describe(failed_result())), """\
+FAIL: gradients/mlp-sgd[tests.defective:SumsWithoutDividing]: oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644
+  oracle.param: step 0, rank 0, '4.weight': max abs error 0.00678 against the oracle (max rel 0.149, 1.819e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.249""")
+
+    def test_timeout_markdown(self) -> None:
+        info = {**RUN_INFO, "candidates": [{"name": HANGS, "version": "1.0"}]}
+        text = markdown_summary(info, [timeout_result()], [])
+        self.assertExpectedInline(show_trailing_spaces(text), """\
+# ddp-conformance summary
+
+torch 2.13.0+cpu, backend gloo, device cpu, world size 2, 2 CPUs, started 2026-01-02T03:04:05+00:00··
+ddp-conformance at 0123456789ab (dirty)··
+candidate `tests.defective:JoinHookDoesNotShadow` 1.0··
+
+Verdicts: TIMEOUT 1
+
+| scenario                      | tests.defective:JoinHookDoesNotShadow   |
+|-------------------------------|-----------------------------------------|
+| join/uneven-divide-by-initial | TIMEOUT                                 |
+
+## Not passed
+
+### TIMEOUT `join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]`
+
+no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)
+
+rank 0 stack:
+
+```
+Thread 0x00007f2e5d7fe6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+
+Current thread 0x00007f2e6c1b2740 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2810 in all_reduce
+  File "/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", line 1421 in _check_global_requires_backward_grad_sync
+  File "/src/tests/defective.py", line 58 in forward
+  File "/src/ddp_conformance/ranks/procedure.py", line 88 in run_steps
+```
+
+rank 1 stack:
+
+```
+Current thread 0x00007f9a0c4d1740 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/join.py", line 274 in __exit__
+  File "/src/ddp_conformance/ranks/procedure.py", line 97 in run_steps
+```
+""")
+
+    def test_timeout_pytest_evidence(self) -> None:
+        self.assertExpectedInline("\n".join(describe(timeout_result())), """\
+TIMEOUT: join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]: no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)
+--- rank 0 stack ---
+Thread 0x00007f2e5d7fe6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+
+Current thread 0x00007f2e6c1b2740 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2810 in all_reduce
+  File "/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", line 1421 in _check_global_requires_backward_grad_sync
+  File "/src/tests/defective.py", line 58 in forward
+  File "/src/ddp_conformance/ranks/procedure.py", line 88 in run_steps
+
+--- rank 1 stack ---
+Current thread 0x00007f9a0c4d1740 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/join.py", line 274 in __exit__
+  File "/src/ddp_conformance/ranks/procedure.py", line 97 in run_steps
+""")
