@@ -110,9 +110,13 @@ class Session:
 
     def notes(self) -> list[str]:
         """What the run says beyond its verdicts; :meth:`failed` says whether it fails."""
-        notes = self.stale_expectations()
-        notes += [f"{sid}: not compared with the reference DDP ({why})"
-                  for sid, why in self.runner.reference_notes.items()]
+        return self.stale_expectations() + self.run_notes()
+
+    def run_notes(self) -> list[str]:
+        """What the cases run so far say beyond their verdicts (stale expectations apart:
+        they are known before any case runs)."""
+        notes = [f"{sid}: not compared with the reference DDP ({why})"
+                 for sid, why in self.runner.reference_notes.items()]
         notes += [f"flaky: {case}: {what}" for case, what in self.stability.flaky().items()]
         notes += [f"memory growth: rank {rank}: {what}"
                   for rank, what in self.stability.growth().items()]

@@ -15,10 +15,10 @@ from ddp_conformance.contract.registry import resolve_candidate
 from ddp_conformance.errors import UsageError
 from ddp_conformance.ranks.environment import validate
 from ddp_conformance.ranks.pool import RankPool
+from ddp_conformance.report import BENCH_FILE, load_bench, write_report_set
+from ddp_conformance.report.gitstate import project_git_state
+from ddp_conformance.report.timing import BASELINE, timing_markdown
 
-from ..report import BENCH_FILE, load_bench, write_report_set
-from ..report.gitstate import project_git_state
-from ..report.timing import BASELINE, timing_markdown
 from .models import DEFAULT_MODELS, MODELS
 
 EXPERIMENTS = ("timing", "bucket-sweep", "no-sync", "overlap", "breakdown")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.oracle import OracleRecord
+from ddp_conformance.judge.tolerance import Policy
 from ddp_conformance.ranks.records import RankRecord
 
 
@@ -36,6 +37,12 @@ class Context:
     strict: bool
     trace: bool
     evidence: Evidence
+
+    @property
+    def policy(self) -> Policy:
+        """The tolerance of every value comparison with the oracle or the reference: the
+        scenario's (bitwise where exact, its override) over the model's gradient dtypes."""
+        return Policy.for_model(self.scenario.exact, self.scenario.rtol, self.oracle.grad_dtypes)
 
     @property
     def expects_error(self) -> bool:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from ddp_conformance.judge.grads import check_grads
 from ddp_conformance.judge.registry import Context, check, values
-from ddp_conformance.judge.tolerance import Policy
 
 
 @check("oracle", "oracle.grad", "oracle.grad_none", "oracle.param", "oracle.buffer", when=values)
@@ -23,7 +22,7 @@ def oracle_equivalence(ctx: Context) -> None:
     With ``oracle_after_join`` off, steps after a rank joined are not compared.
     """
     ev, scenario, oracle = ctx.evidence, ctx.scenario, ctx.oracle
-    exact = Policy.for_model(scenario.exact, scenario.rtol, oracle.grad_dtypes)
+    exact = ctx.policy
     for rank, rec in sorted(ctx.records.items()):
         for step, srec in enumerate(rec.steps):
             if step >= len(oracle.steps):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from ddp_conformance.judge.grads import check_grads
 from ddp_conformance.judge.registry import Context, against_reference, check
-from ddp_conformance.judge.tolerance import Policy
 
 
 @check("reference", "reference.grad", "reference.grad_none", "reference.param",
@@ -18,9 +17,9 @@ def reference_equivalence(ctx: Context) -> None:
       the same tolerances as against the oracle (the reference may reduce in another
       order than the candidate).
     """
-    ev, scenario, oracle, reference = ctx.evidence, ctx.scenario, ctx.oracle, ctx.reference
+    ev, oracle, reference = ctx.evidence, ctx.oracle, ctx.reference
     assert reference is not None
-    policy = Policy.for_model(scenario.exact, scenario.rtol, oracle.grad_dtypes)
+    policy = ctx.policy
     for rank, rec in sorted(ctx.records.items()):
         ref = reference.get(rank)
         if ref is None:

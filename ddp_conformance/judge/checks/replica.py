@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ddp_conformance.catalog.procedure import buffers_broadcast
 from ddp_conformance.judge.registry import Context, check, values
-from ddp_conformance.judge.tolerance import BITWISE, Policy
+from ddp_conformance.judge.tolerance import BITWISE
 
 
 @check("replica", "replica.param", "replica.buffer_broadcast", "replica.final", when=values)
@@ -36,7 +36,7 @@ def replica_consistency(ctx: Context) -> None:
                     if buffers_broadcast(scenario, step, mb) and mb < len(ref_fwd):
                         ev.compare_all("replica.buffer_broadcast", step, rank, bufs, ref_fwd[mb],
                                        BITWISE, f"rank {first}'s buffers at the same forward")
-    exact = Policy.for_model(scenario.exact, scenario.rtol, oracle.grad_dtypes)
+    exact = ctx.policy
     for rank, rec in records.items():
         if rank != lowest:
             ev.compare_all("replica.final", len(rec.steps), rank, rec.final_params,

@@ -51,7 +51,7 @@ def reduced_once(ctx: Context) -> None:
         for step in range(len(rec.steps)):
             for mb in synced_microbatches(scenario):
                 names = defined_gradients(scenario, oracle, step, mb)
-                needed = full if names is None else sum(needed_by_dtype(oracle, names).values())
+                needed = sum(needed_by_dtype(oracle, names).values())  # None: all, = full
                 total, calls = totals.get((step, mb), (0, 0))
                 slack = (scenario_group_size(rec) - 1) * calls
                 ok = needed <= total <= full + slack
