@@ -1,13 +1,18 @@
 """``ddp-conformance``: run the catalog against candidates, list it, report, time.
 
 Exit codes (SPEC.md): 0 when nothing failed unexpectedly, 1 when something did, 2 on a
-usage or environment error, said in one line on stderr.
+usage or environment error, said in one line on stderr. A run interrupted by SIGTERM
+exits 143, by SIGINT 1: it ends every rank at once, writes summary.md, junit.xml and
+report.html of the cases finished so far, marked incomplete, and says so in one line on
+stderr.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -15,12 +20,23 @@ from tabulate import tabulate
 
 from ddp_conformance.bench.command import add_parser as add_bench_parser
 from ddp_conformance.catalog.loader import load_catalog
-from ddp_conformance.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PoolError, UsageError
+from ddp_conformance.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Interrupted,
+    PoolError,
+    UsageError,
+)
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import CLI, add_to_argparse, run_config
 from ddp_conformance.report.command import add_parser as add_report_parser
 from ddp_conformance.report.common import count_verdicts, verdict_matrix
 from ddp_conformance.session import Session
+
+#: After SIGTERM or SIGINT, how long ending the ranks and writing the reports may take
+#: before the process exits without them (a further signal meanwhile is ignored).
+CLOSE_DEADLINE_S = 30.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, PoolError) as exc:
         print(f"ddp-conformance: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except Interrupted as exc:  # outside a run's handlers: nothing to write
+        print(f"ddp-conformance: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # before the run caught SIGINT: no rank started yet
         print("ddp-conformance: interrupted", file=sys.stderr)
         return EXIT_FAILED
 
@@ -75,9 +94,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if isinstance(pool, int):
         return pool
     session = Session(config, pool=pool, repeats=repeats)
+    interrupted: Interrupted | None = None
+    deadline: threading.Timer | None = None
     try:
         cases = session.select(args.ddp_keyword)
+        session.planned = len(cases) * repeats
         info = session.open_reports(args.ddp_report_dir)
+        session.catch_signals()  # SIGINT and SIGTERM, until the reports are written
         out.write(f"ddp-conformance: {len(cases)} cases, {config.world_size} ranks, "
                   f"{config.backend}/{session.runner.device_kind}, pool {config.pool}, "
                   f"torch {info['torch']}\n")
@@ -90,13 +113,32 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             if repeats > 1:
                 out.write(f"--- repeat {repeat + 1}/{repeats}\n")
             for i, (scenario, spec) in enumerate(cases, 1):
-                result = session.run_case(scenario, spec, repeat)
-                out.write(progress_line(i, len(cases), result) + "\n")
-                out.flush()
+                session.run_case(scenario, spec, repeat,
+                                 on_result=functools.partial(write_progress, out, i, len(cases)))
             if repeats > 1:
                 session.probe_memory(repeat)
+    except Interrupted as exc:
+        interrupted = exc
+        deadline = exit_after(CLOSE_DEADLINE_S, exc)
+        session.interrupt(exc)  # marked incomplete, every rank ended at once
     finally:
-        notes = session.close()
+        reporting = session.writer is not None
+        try:
+            notes = session.close()
+        finally:
+            session.restore_signals()
+            if deadline is not None:
+                deadline.cancel()
+    if interrupted is None and session.received is not None:
+        # It came while the reports of the finished run were written: they are complete.
+        print(f"ddp-conformance: {session.received} at the end of the run; reports in "
+              f"{os.path.abspath(args.ddp_report_dir)}", file=sys.stderr)
+        return session.received.exit_code
+    if interrupted is not None:
+        where = (f"partial reports in {os.path.abspath(args.ddp_report_dir)}" if reporting
+                 else "no reports written")
+        print(f"ddp-conformance: {session.incomplete}; {where}", file=sys.stderr)
+        return interrupted.exit_code
     for note in notes:
         out.write(f"warning: {note}\n")
     if repeats > 1:
@@ -111,6 +153,26 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
               + f" in {time.monotonic() - started:.1f}s; reports in "
               f"{os.path.abspath(args.ddp_report_dir)}\n")
     return EXIT_FAILED if session.failed() else EXIT_OK
+
+
+def exit_after(deadline_s: float, exc: Interrupted) -> threading.Timer:
+    """A started watchdog: unless cancelled within ``deadline_s``, it says so and ends the
+    process with ``exc``'s exit code (its ranks die with it: ``die_with_parent``)."""
+    def give_up() -> None:
+        sys.stderr.write(f"ddp-conformance: {exc}; ending the run took longer than "
+                         f"{deadline_s:.0f}s: exiting without its reports\n")
+        sys.stderr.flush()
+        os._exit(exc.exit_code)
+
+    timer = threading.Timer(deadline_s, give_up)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def write_progress(out: TextIO, i: int, total: int, result: Result) -> None:
+    out.write(progress_line(i, total, result) + "\n")
+    out.flush()
 
 
 def progress_line(i: int, total: int, result: Result) -> str:

@@ -17,6 +17,8 @@ class RunConfig:
     #: Deadline of one case, in seconds.
     timeout_s: float = 60.0
     pool: str = "persistent"  # or "fresh"
+    #: After the first fault, keep a warm spare process per rank (see ranks/pool.py).
+    spare: bool = True
     expectations: str | None = None
     #: Also compare every candidate with the reference DDP run on the same scenario.
     compare_with_reference: bool = True
@@ -25,3 +27,5 @@ class RunConfig:
     #: Enforce the strict profile (bucket layout equal to the reference's, torch's exact
     #: wire dtype) for every candidate, not only for torch and reference.
     strict_profile: bool = False
+    #: How many of the slowest cases the summary lists with their costs (0: every case).
+    durations: int = 10

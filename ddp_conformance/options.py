@@ -39,6 +39,14 @@ def _positive(name: str) -> Callable[[Any], None]:
     return check
 
 
+def _not_negative(name: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value is not None and value < 0:
+            raise UsageError(f"--{name} must be 0 or more, got {value}")
+
+    return check
+
+
 def _at_least_one(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value is not None and value < 1:
@@ -105,6 +113,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="S", config_field="timeout_s", check=_positive("timeout")),
     Option("pool", "reuse rank processes (persistent, default) or start new ones per case "
            "(fresh)", default="persistent", choices=("persistent", "fresh"), config_field="pool"),
+    Option("no-spare", "after a fault, start the replacement ranks when needed instead of "
+           "keeping warm spares", action="store_true", default=False, config_field="spare",
+           to_config=lambda v: not v),
     Option("expectations", "known deviations of the candidate: scenario-id patterns with "
            "reasons", metavar="FILE", config_field="expectations"),
     Option("strict-profile", "hold every candidate to torch's bucket layout and wire dtype "
@@ -118,6 +129,9 @@ OPTIONS: tuple[Option, ...] = (
            "(default reports/)", default="reports", metavar="DIR", routes=frozenset({CLI})),
     Option("repeat", "run everything N times; report flaky cases and rank memory growth",
            default=1, type=int, metavar="N", routes=frozenset({CLI}), check=_at_least_one("repeat")),
+    Option("durations", "list the N slowest cases and where their time went in summary.md "
+           "(default 10; 0: every case)", default=10, type=int, metavar="N",
+           config_field="durations", routes=frozenset({CLI}), check=_not_negative("durations")),
 )
 
 

@@ -9,17 +9,26 @@ expectations-file match is an ``xfail`` (XFAIL), or passes with an ``xpass`` pro
 started on first use, so ``pytest -n 2`` runs two pools side by side with no shared port.
 At the end of collection, expectations that match no case are warned about (a warning,
 so that pytest-xdist carries it from its workers to the terminal).
+
+Signals: pytest turns SIGINT into KeyboardInterrupt itself; the ranks are then ended at
+once. SIGTERM is caught only from the first conformance item on, until the session
+finishes (so the plugin never changes another project's pytest run): it ends the ranks
+and becomes ``pytest.exit(..., returncode=143)``, so that pytest still finishes its
+session (``--junitxml`` and the like are written with the items finished so far). Should
+pytest swallow that exit (an ``except Exception`` on its way), the next conformance item
+raises it again, and the session still ends with 143.
 """
 from __future__ import annotations
 
+import signal
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 from ddp_conformance.catalog.scenario import Scenario
-from ddp_conformance.errors import UsageError
+from ddp_conformance.errors import Interrupted, UsageError
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import PYTEST, run_config
 
@@ -37,6 +46,8 @@ class PytestSession:
         self.pytest_config = config
         self._session: Any = None
         self._error: str | None = None
+        #: Whether a conformance item is running (a signal then interrupts its case).
+        self.in_case = False
 
     @property
     def session(self) -> Any:
@@ -55,7 +66,47 @@ class PytestSession:
 
     def close(self) -> None:
         if self._session is not None:
+            self._session.restore_signals()
             self._session.close()
+
+    def catch_sigterm(self) -> None:
+        """From now until the session finishes, SIGTERM ends the run (see the module
+        docstring); idempotent."""
+        self.session.catch_signals((signal.SIGTERM,), handler=self._on_sigterm)
+
+    def restore_signals(self) -> None:
+        if self._session is not None:
+            self._session.restore_signals()
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        try:
+            self.session.on_signal(signum, frame)
+        except Interrupted as exc:
+            if self.in_case:
+                raise  # the item ends the run, once its case is out of the ranks' hands
+            self.stop(exc)
+
+    def stop(self, exc: Interrupted) -> NoReturn:
+        """End the ranks at once and the pytest run with ``exc``'s exit code."""
+        self.session.interrupt(exc)
+        self.exit()
+
+    def exit(self) -> NoReturn:
+        """End the pytest run of an interrupted session (again, if pytest went on)."""
+        session = self.session
+        code = session.received.exit_code if session.received is not None else 1
+        pytest.exit(f"ddp-conformance: {session.incomplete}", returncode=code)
+
+    def finish(self, session: pytest.Session) -> None:
+        """At pytest's session end: SIGTERM is pytest's own again; if one came and its
+        exit was lost, the ranks end now and pytest exits 143 all the same."""
+        self.restore_signals()
+        ours = self._session
+        if ours is None or ours.received is None or ours.received.signum != signal.SIGTERM:
+            return
+        if ours.incomplete is None:
+            ours.interrupt(ours.received)
+        session.exitstatus = ours.received.exit_code
 
 
 class _Hooks:
@@ -67,10 +118,16 @@ class _Hooks:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Bad options stop the run in one line; stale expectations are warned about."""
-        if not any(isinstance(item, ConformanceItem) for item in session.items):
+        planned = sum(isinstance(item, ConformanceItem) for item in session.items)
+        if not planned:
             return
+        self.holder.session.planned = planned
         for note in self.holder.session.stale_expectations():
             warnings.warn(ConformanceWarning(note), stacklevel=1)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.holder.finish(session)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.holder.close()
@@ -123,7 +180,20 @@ class ConformanceItem(pytest.Item):
         self.candidate = candidate
 
     def runtest(self) -> None:
-        result = _holder(self.config).session.run_case(self.scenario, self.candidate)
+        holder = _holder(self.config)
+        holder.catch_sigterm()
+        if holder.session.incomplete is not None:
+            holder.exit()  # interrupted, and pytest went on: its exit was lost
+        holder.in_case = True
+        try:
+            result = holder.session.run_case(self.scenario, self.candidate)
+        except Interrupted as exc:
+            holder.stop(exc)
+        except KeyboardInterrupt:  # pytest's SIGINT: end the ranks now, pytest does the rest
+            holder.session.interrupt(Interrupted(signal.SIGINT))
+            raise
+        finally:
+            holder.in_case = False
         self.user_properties.append(("verdict", result.verdict.value))
         if result.verdict is Verdict.PASS:
             return

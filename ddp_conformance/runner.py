@@ -15,6 +15,7 @@ from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
 from ddp_conformance.config import RunConfig
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.registry import resolve_candidate
+from ddp_conformance.judge.costs import CostMeter
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.expectations import Expectations
 from ddp_conformance.judge.failures import failed_run, last_line
@@ -50,10 +51,12 @@ class Runner:
         self.expectations = Expectations.load_all(
             ([config.expectations] if config.expectations else []) + shipped)
         self.pool: Pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
-                                     fresh=config.pool == "fresh")
+                                           fresh=config.pool == "fresh", spare=config.spare)
         self._oracles: dict[str, OracleRecord] = {}
         self._references: dict[str, dict[int, RankRecord] | None] = {}
         self.reference_notes: dict[str, str] = {}
+        #: Where the current case's time goes (see :mod:`ddp_conformance.judge.costs`).
+        self._costs = CostMeter()
 
     def close(self) -> None:
         self.pool.close()
@@ -69,8 +72,10 @@ class Runner:
 
     def run_case(self, scenario: Scenario, spec: str) -> Result:
         started = time.monotonic()
+        self._costs = CostMeter()
         result = self._run_case(scenario, spec)
         result.duration_s = time.monotonic() - started
+        result.costs = self._costs.finish(result.duration_s)
         return self.expectations.apply(result)
 
     def _result(self, scenario: Scenario, spec: str, verdict: Verdict, reason: str = "") -> Result:
@@ -93,7 +98,11 @@ class Runner:
                 return self._result(scenario, spec, Verdict.NA, missing)
         job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
                   seed=scenario.seed, scenario=scenario, candidate=spec, trace=self.config.trace)
+        job_started = time.perf_counter()
         outcome = self.pool.run(job, self.config.timeout_s)
+        rank_times = [r.times for r in outcome.results.values() if isinstance(r, RankRecord)]
+        self._costs.add_job(time.perf_counter() - job_started, outcome.handover_s,
+                            rank_times if outcome.status == "done" else [])
         if outcome.status != "done":
             return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
                               self.config.timeout_s)
@@ -109,8 +118,9 @@ class Runner:
             theirs = {r: reference[r] for r in group} if reference is not None else None
             oracle = self.oracle(scenario, group)
             try:
-                judge_group(evidence, scenario, mine, oracle, theirs, strict=strict,
-                            trace=self.config.trace)
+                with self._costs.timing("checks"):
+                    judge_group(evidence, scenario, mine, oracle, theirs, strict=strict,
+                                trace=self.config.trace)
             except Exception as exc:  # noqa: BLE001 - records outside the contract: this case's error
                 return self._result(
                     scenario, spec, Verdict.ERROR,
@@ -132,10 +142,11 @@ class Runner:
         if spec == REFERENCE or not self.config.compare_with_reference:
             return None
         if scenario.id not in self._references:
-            job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
-                      seed=scenario.seed, scenario=scenario, candidate=REFERENCE,
-                      trace=self.config.trace)
-            out = self.pool.run(job, self.config.timeout_s)
+            with self._costs.timing("reference"):  # charged to the case that runs it
+                job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
+                          seed=scenario.seed, scenario=scenario, candidate=REFERENCE,
+                          trace=self.config.trace)
+                out = self.pool.run(job, self.config.timeout_s)
             records: dict[int, RankRecord] | None = out.results if out.status == "done" else None
             if records is not None and any(r.not_applicable for r in records.values()):
                 records = None
@@ -149,5 +160,6 @@ class Runner:
         key = f"{scenario.id}@{','.join(map(str, group))}"
         if key not in self._oracles:
             device = torch.device("cpu")  # the oracle's models are small; see SPEC.md
-            self._oracles[key] = run_oracle(scenario, group, device, self.pool.threads)
+            with self._costs.timing("oracle"):  # charged to the case that computes it
+                self._oracles[key] = run_oracle(scenario, group, device, self.pool.threads)
         return self._oracles[key]

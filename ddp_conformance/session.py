@@ -6,16 +6,34 @@ candidates, oracle and reference caches), every result as it arrives (streamed t
 the run has to say at its end (:meth:`Session.notes`): expectations that match no case,
 scenarios the reference DDP could not run, flaky cases, rank memory growth. The command
 line and the plugin differ only in how they present it.
+
+Signals (SPEC.md, "Hangs and faults": SIGINT/SIGTERM leave partial reports and no process
+behind): between :meth:`Session.catch_signals` and :meth:`Session.restore_signals`, a
+signal raises :class:`~ddp_conformance.errors.Interrupted` in the main thread, wherever it
+is (usually waiting for the ranks), except while a finished case is being recorded: then
+it is raised once the case is recorded, so that the reports hold whole cases only. The
+caller then calls :meth:`Session.interrupt` (the run is marked incomplete and the ranks
+are ended at once) and :meth:`Session.close` (the report set of the finished cases).
+Further signals are ignored: ending must not be cut short. An exception raised by a
+handler can be lost (Python only prints one raised while a finalizer, ``__del__``, runs):
+so until :meth:`Session.interrupt` took it, the next case raises it again, and so does a
+further signal :data:`REPEAT_GRACE_S` after it was raised.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import inspect
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ddp_conformance.catalog.loader import keyword_matcher, load_catalog
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.config import RunConfig
-from ddp_conformance.errors import UsageError
+from ddp_conformance.errors import Interrupted, UsageError
 from ddp_conformance.judge.stability import Stability
 from ddp_conformance.judge.verdict import Result
 from ddp_conformance.ranks.pool import Pool, RankPool
@@ -23,6 +41,17 @@ from ddp_conformance.report.stream import ResultsWriter, run_info
 from ddp_conformance.runner import Runner
 
 Case = tuple[Scenario, str]
+
+#: A further signal this soon after :class:`Interrupted` was raised is the same request
+#: (the exception is on its way out); later, the first is taken for lost and raised again.
+REPEAT_GRACE_S = 5.0
+
+
+def interrupted_reason(exc: Interrupted, done: int, planned: int | None) -> str:
+    """E.g. "interrupted by SIGTERM after 12 of 128 cases"."""
+    if planned is not None:
+        return f"{exc} after {done} of {planned} cases"
+    return f"{exc} after {done} case{'' if done == 1 else 's'}"
 
 
 class Session:
@@ -37,6 +66,16 @@ class Session:
         self.memory_warnings: list[str] = []
         self._catalog: list[Scenario] | None = None
         self._closed = False
+        #: How many cases the run means to run (for "after 12 of 128 cases"), if known.
+        self.planned: int | None = None
+        #: Why the reports hold fewer cases than planned (None: a complete run).
+        self.incomplete: str | None = None
+        #: The first signal received while caught (None: none).
+        self.received: Interrupted | None = None
+        self._recording = False
+        self._raised_at = float("-inf")
+        self._handlers: dict[int, Any] = {}
+        self._end_warnings: list[str] = []
 
     # -- cases ------------------------------------------------------------------------
 
@@ -53,6 +92,7 @@ class Session:
                  if matches(f"{s.id}[{c}]")]
         if not cases:
             raise UsageError(f"no scenario matches -k {keyword!r}")
+        self.planned = len(cases)
         return cases
 
     def case_ids(self) -> Iterable[tuple[str, str]]:
@@ -66,6 +106,7 @@ class Session:
         """Stream results to ``directory`` from now on; return the run information."""
         info = run_info(self.runner.candidates.values(), self.config.backend,
                         self.runner.device_kind, self.config.world_size)
+        info["durations"] = self.config.durations  # summary.md's slowest cases (0: all)
         self.writer = ResultsWriter(directory, info)
         return info
 
@@ -74,13 +115,24 @@ class Session:
         if self.config.pool == "persistent":
             self.runner.pool.start()
 
-    def run_case(self, scenario: Scenario, spec: str, repeat: int = 0) -> Result:
+    def run_case(self, scenario: Scenario, spec: str, repeat: int = 0,
+                 on_result: Callable[[Result], object] | None = None) -> Result:
+        """Run one case and record it (then ``on_result(result)``, e.g. a progress line).
+
+        A caught signal interrupts the case itself; one that arrives while the result is
+        recorded is raised after ``on_result``: a case is either in every record or in none.
+        """
+        self.check_interrupted()
         result = self.runner.run_case(scenario, spec)
         result.repeat = repeat
-        self.results.append(result)
-        self.stability.add(result)
-        if self.writer is not None:
-            self.writer.add(result)
+        with self._deferring_signals():
+            self.results.append(result)
+            self.stability.add(result)
+            if self.writer is not None:
+                self.writer.add(result)
+            if on_result is not None:
+                on_result(result)
+        self.check_interrupted()
         return result
 
     def probe_memory(self, repeat: int) -> None:
@@ -94,6 +146,87 @@ class Session:
             first = str(exc).strip().splitlines()[-1][:200]
             self.memory_warnings.append(f"rank memory not measured after repeat {repeat + 1}: "
                                         f"{first}")
+
+    # -- signals ----------------------------------------------------------------------
+
+    def catch_signals(self, signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM),
+                      handler: Callable[[int, Any], None] | None = None) -> bool:
+        """Until :meth:`restore_signals`, ``signals`` raise :class:`Interrupted` (see the
+        module docstring); ``handler`` replaces :meth:`on_signal` (it should call it).
+        Returns False, changing nothing, outside the main thread (Python delivers signals
+        there only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for signum in signals:
+            if signum not in self._handlers:
+                self._handlers[signum] = signal.signal(signum, handler or self.on_signal)
+        return True
+
+    def restore_signals(self) -> None:
+        """Put back the handlers :meth:`catch_signals` replaced (idempotent)."""
+        while self._handlers:
+            signum, previous = self._handlers.popitem()
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+
+    def on_signal(self, signum: int, frame: Any = None) -> None:
+        """The handler: the first signal raises :class:`Interrupted` (held back while a
+        finished case is recorded or the reports are written); a later one is ignored,
+        unless the first was lost (see the module docstring)."""
+        if self.incomplete is not None:
+            return  # interrupt() took it: the run is ending
+        if self.received is None:
+            self.received = Interrupted(signum)
+        elif time.monotonic() - self._raised_at < REPEAT_GRACE_S:
+            return  # the first is on its way out
+        self._raise_received()
+
+    def check_interrupted(self) -> None:
+        """Raise :class:`Interrupted` if a caught signal has not been taken by
+        :meth:`interrupt` yet (a checkpoint: the run went on, so its exception was lost)."""
+        if self.received is not None and self.incomplete is None:
+            self._raise_received()
+
+    def _raise_received(self) -> None:
+        if self._recording or self.received is None:
+            return  # raised by the next checkpoint, once the case is recorded
+        self._raised_at = time.monotonic()
+        raise Interrupted(self.received.signum)
+
+    @contextmanager
+    def _deferring_signals(self) -> Iterator[None]:
+        """While inside, a caught signal is held back (see :meth:`on_signal`)."""
+        outer, self._recording = self._recording, True
+        try:
+            yield
+        finally:
+            self._recording = outer
+
+    def interrupt(self, exc: Interrupted) -> None:
+        """After ``exc``: mark the run incomplete and end the ranks at once (the reports of
+        the finished cases follow in :meth:`close`)."""
+        if self.received is None:
+            self.received = exc
+        self.incomplete = interrupted_reason(exc, len(self.results), self.planned)
+        self.end_ranks_now()
+
+    def end_ranks_now(self) -> None:
+        """Kill the ranks without the polite goodbye (a pool without ``force`` closes as it
+        can: torchrun's tells its followers to stop)."""
+        close = self.runner.pool.close
+        if "force" in inspect.signature(close).parameters:
+            self._quietly(functools.partial(close, force=True))
+        else:
+            self._quietly(close)
+
+    def _quietly(self, end: Callable[[], object]) -> None:
+        """``end()`` while ending an interrupted run: a failure becomes a note. (A pool
+        interrupted half-started may fail to close; its ranks still die with this process,
+        ``die_with_parent``.)"""
+        try:
+            end()
+        except Exception as exc:  # noqa: BLE001 - ending anyway: say it, do not stop
+            self._end_warnings.append(f"the ranks could not be ended cleanly: "
+                                      f"{type(exc).__name__}: {exc}")
 
     # -- the end ----------------------------------------------------------------------
 
@@ -120,7 +253,7 @@ class Session:
         notes += [f"flaky: {case}: {what}" for case, what in self.stability.flaky().items()]
         notes += [f"memory growth: rank {rank}: {what}"
                   for rank, what in self.stability.growth().items()]
-        return notes + self.memory_warnings
+        return notes + self.memory_warnings + self._end_warnings
 
     def failed(self) -> bool:
         """Whether the run fails: a verdict was unexpected, a case flaky, or ranks grew."""
@@ -128,17 +261,23 @@ class Session:
                 or bool(self.stability.flaky()) or bool(self.stability.growth()))
 
     def close(self) -> list[str]:
-        """End the ranks and write the report set (once); return the notes."""
+        """End the ranks and write the report set (once), marked incomplete after
+        :meth:`interrupt`; return the notes. A signal caught meanwhile does not cut it
+        short (it stays in :attr:`received`)."""
         notes = self.notes()
         if self._closed:
             return notes
         self._closed = True
-        try:
-            if self.writer is not None:
-                self.writer.close(notes)
-                self.writer = None
-        finally:
-            self.runner.close()
+        with self._deferring_signals():
+            try:
+                if self.writer is not None:
+                    self.writer.close(notes, incomplete=self.incomplete)
+                    self.writer = None
+            finally:
+                if self.incomplete is None:
+                    self.runner.close()
+                else:
+                    self._quietly(self.runner.close)
         return notes
 
     def __enter__(self) -> Session:

@@ -14,7 +14,8 @@ CANDIDATES = ["torch", "tests.limited:ForwardOnly", "tests.limited:torch_ddp_fac
                   "SumsWithoutDividing", "NeverBroadcastsBuffers", "JoinHookDoesNotShadow",
                   "ExitsMidStep", "SegfaultsMidStep", "RaisesOnRank1", "SyncsInsideNoSync",
                   "ReducesInFloat16",
-                  "UsesWorldGroup", "AcceptsSecondCommHook"))]
+                  "UsesWorldGroup", "AcceptsSecondCommHook")),
+              "tests.newcomers:NewcomerDDP", "tests.newcomers:SlowRank1"]
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,8 @@ def failed_result() -> Result:
     """A FAIL as SumsWithoutDividing produces it: two checks failed, figures for both."""
     return result(
         "gradients/mlp-sgd", DEFECTIVE, Verdict.FAIL, duration_s=2.46,
+        costs={"handover": 0.0, "wrap": 0.31, "steps": 0.42, "record": 0.02, "transfer": 0.08,
+               "reference": 0.55, "oracle": 0.9, "checks": 0.15, "other": 0.03},
         failures=[
             CheckFailure("oracle.grad", "oracle.grad: step 0, rank 0, '0.weight': max abs error "
                          "0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance "
@@ -239,6 +241,17 @@ Verdicts: PASS 1, FAIL 1
 |-------------------|---------|---------------------------------------|
 | gradients/mlp-sgd | PASS    | FAIL                                  |
 
+## Slowest cases
+
+All 2 cases, slowest first (2.5 s in all), seconds per phase. The reference DDP's run and the oracle are cached per scenario: each is charged to the case that ran it.
+
+Where the run's time went: oracle 37% · reference 22% · steps 17% · wrap 13% · checks 6% · transfer 3% · other 1% · record 1%
+
+| case                                                   | verdict   |   seconds |   handover |   wrap |   steps |   record |   transfer |   reference |   oracle |   checks |   other |
+|--------------------------------------------------------|-----------|-----------|------------|--------|---------|----------|------------|-------------|----------|----------|---------|
+| gradients/mlp-sgd[tests.defective:SumsWithoutDividing] | FAIL      |     2.460 |      0.000 |  0.310 |   0.420 |    0.020 |      0.080 |       0.550 |    0.900 |    0.150 |   0.030 |
+| gradients/mlp-sgd[torch]                               | PASS      |     0.000 |          - |      - |       - |        - |          - |           - |        - |        - |       - |
+
 ## Not passed
 
 ### FAIL `gradients/mlp-sgd[tests.defective:SumsWithoutDividing]`
@@ -275,6 +288,14 @@ Verdicts: TIMEOUT 1
 | scenario                      | tests.defective:JoinHookDoesNotShadow   |
 |-------------------------------|-----------------------------------------|
 | join/uneven-divide-by-initial | TIMEOUT                                 |
+
+## Slowest cases
+
+The one case (8.0 s in all), seconds per phase. The reference DDP's run and the oracle are cached per scenario: each is charged to the case that ran it.
+
+| case                                                                 | verdict   |   seconds |
+|----------------------------------------------------------------------|-----------|-----------|
+| join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow] | TIMEOUT   |     8.020 |
 
 ## Not passed
 

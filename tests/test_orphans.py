@@ -19,7 +19,7 @@ PARENT = textwrap.dedent('''
 
     pool = RankPool(2)
     pool.start()
-    print(" ".join(str(p.pid) for p in pool._procs), flush=True)
+    print(" ".join(map(str, pool.pids())), flush=True)
     pool.run(Job("call", "", 600, function="tests.test_orphans:busy", trace=False), 600)
 ''')
 

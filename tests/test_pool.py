@@ -1,4 +1,5 @@
-"""The rank pool: reuse, deadlines, stacks, crashes, released peers, fresh mode."""
+"""The rank pool: reuse, deadlines, stacks, crashes, released peers, desync diagnosis,
+spare hand-overs, fresh mode."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_conformance.ranks.messages import Job
+from ddp_conformance.ranks.outcome import Outcome
 from ddp_conformance.ranks.pool import RankPool
 
 
@@ -34,14 +36,42 @@ def hang_on_rank0(rank: int, world_size: int) -> None:
     dist.all_reduce(torch.ones(1))
 
 
+def raise_everywhere(rank: int, world_size: int) -> None:
+    raise ValueError(f"rank {rank} fails on purpose")
+
+
+def mismatched(rank: int, world_size: int) -> None:
+    """Rank 0 in an allreduce while rank 1 is in a broadcast: never completes."""
+    if rank == 0:
+        dist.all_reduce(torch.ones(3))
+    else:
+        dist.broadcast(torch.ones(5), 0)
+
+
+def skips_collective_on_rank1(rank: int, world_size: int) -> None:
+    """Rank 1 finishes the job without the allreduce rank 0 waits in."""
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))
+
+
+def slow_but_matching(rank: int, world_size: int, delay: float) -> float:
+    """Rank 0 waits in an allreduce while rank 1 sleeps, then joins it: merely slow."""
+    if rank == 1:
+        time.sleep(delay)
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    return x.item()
+
+
 def exit_on_rank1(rank: int, world_size: int) -> None:
     if rank == 1:
         os._exit(3)
     dist.all_reduce(torch.ones(1))
 
 
-def call(pool: RankPool, fn: str, *args: object, timeout: float = 10.0) -> object:
-    return pool.run(Job("call", "", timeout + 30, function=f"{__name__}:{fn}", args=args), timeout)
+def call(pool: RankPool, fn: str, *args: object, timeout: float = 10.0, trace: bool = True) -> Outcome:
+    return pool.run(Job("call", "", timeout + 30, function=f"{__name__}:{fn}", args=args,
+                        trace=trace), timeout)
 
 
 def test_pool_is_reused_and_each_job_starts_clean() -> None:
@@ -49,7 +79,7 @@ def test_pool_is_reused_and_each_job_starts_clean() -> None:
         assert pool.call(f"{__name__}:allreduce_rank", 1.0) == [3.0, 3.0]
         first = pool.call(f"{__name__}:state_after_previous")
         second = pool.call(f"{__name__}:state_after_previous")
-        assert pool.starts == 1
+        assert pool.spawned == 2
         assert [s[2] for s in first] == [s[2] for s in second], "same processes reused"
         # One group (the job's own) exists during a job: none left over from before, and
         # the RNG is reseeded per job.
@@ -66,7 +96,94 @@ def test_a_raising_rank_is_reported_and_its_peer_released_promptly() -> None:
         assert "rank 1 fails on purpose" in out.tracebacks[1]
         assert out.released == {0}, "rank 0's failure is only the echo of rank 1's"
         assert elapsed < 5.0, f"peer not released promptly ({elapsed:.1f}s)"
+        survivor = pool.pids()[0]
         assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+        assert pool.pids()[0] == survivor, "the released peer stays in the pool"
+
+
+def test_ranks_that_all_raise_stay_in_the_pool() -> None:
+    """Nobody waits on anybody: every rank cleans up and stays; no process is started."""
+    with RankPool(2) as pool:
+        pool.start()
+        pids = pool.pids()
+        out = call(pool, "raise_everywhere")
+        assert out.status == "raised" and out.released == set()
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+        assert pool.pids() == pids and pool.spawned == 2
+
+
+def test_without_the_trace_a_raising_rank_leaves() -> None:
+    """Untraced, a rank cannot know whether its own work is in flight: it leaves."""
+    with RankPool(2, spare=False) as pool:
+        pool.start()
+        pids = pool.pids()
+        out = call(pool, "raise_everywhere", trace=False)
+        assert out.status == "raised"
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+        assert set(pool.pids()).isdisjoint(pids)
+
+
+def test_mismatched_collectives_are_a_desync_named_within_seconds() -> None:
+    with RankPool(2) as pool:
+        pool.start()
+        out = call(pool, "mismatched", timeout=60.0)
+        assert out.status == "timeout"
+        assert out.elapsed_s < 10.0, f"desync not diagnosed early ({out.elapsed_s:.1f}s)"
+        first = out.desync.splitlines()[0]
+        assert "rank 0 waits in allreduce(3 x float32) #1" in first
+        assert "rank 1 waits in broadcast(5 x float32) #1" in first
+        assert "differ first at #1" in first
+        assert "mismatched" in out.stacks[0] and "mismatched" in out.stacks[1]
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+
+
+def test_a_rank_that_finished_while_a_peer_waits_is_a_desync() -> None:
+    with RankPool(2) as pool:
+        pool.start()
+        out = call(pool, "skips_collective_on_rank1", timeout=60.0)
+        assert out.status == "timeout" and out.elapsed_s < 10.0
+        assert "rank 1 never issued #1: it finished the job" in out.desync
+        assert set(out.stacks) == {0}
+
+
+def test_a_slow_rank_is_not_a_desync() -> None:
+    """Rank 0 waits in a collective that rank 1 reaches after 3 s: no diagnosis fires."""
+    with RankPool(2) as pool:
+        out = call(pool, "slow_but_matching", 3.0, timeout=30.0)
+        assert out.status == "done" and out.results == {0: 2.0, 1: 2.0}
+
+
+def test_without_the_trace_a_desync_waits_for_the_deadline() -> None:
+    with RankPool(2, spare=False) as pool:
+        out = call(pool, "mismatched", timeout=3.0, trace=False)
+        assert out.status == "timeout" and out.desync == "" and out.elapsed_s >= 3.0
+
+
+def test_replacements_come_from_a_spare_after_the_first_fault() -> None:
+    """The first fault starts processes (and the spares); the next takes the spares."""
+    with RankPool(2) as pool:
+        pool.start()
+        assert call(pool, "mismatched", timeout=60.0).status == "timeout"
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+        assert pool.handovers == 0 and pool.spawned == 6  # 2 + 2 replacements + 2 spares
+        spares = set(pool.pids(spares=True)) - set(pool.pids())
+        assert len(spares) == 2
+        assert call(pool, "mismatched", timeout=60.0).status == "timeout"
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+        assert set(pool.pids()) == spares and pool.handovers == 2
+        everyone = pool.pids(spares=True)
+    gone_by = time.monotonic() + 5.0
+    while any(_alive(p) for p in everyone) and time.monotonic() < gone_by:
+        time.sleep(0.05)
+    assert not [p for p in everyone if _alive(p)], "a rank or spare outlived close()"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_hang_times_out_with_every_rank_stack_and_a_fresh_pool() -> None:
@@ -75,8 +192,9 @@ def test_a_hang_times_out_with_every_rank_stack_and_a_fresh_pool() -> None:
         assert out.status == "timeout"
         assert "hang_on_rank0" in out.stacks[0] and "hang_on_rank0" in out.stacks[1]
         assert "all_reduce" in out.stacks[1]
+        assert out.desync == "", "rank 0 sleeps outside any collective: merely slow"
         assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
-        assert pool.starts == 2
+        assert pool.spawned == 6  # 2, then 2 replacements and 2 spares
 
 
 def test_a_dead_rank_is_a_crash_with_its_exit_code() -> None:
@@ -91,5 +209,5 @@ def test_fresh_mode_starts_new_processes_for_every_job() -> None:
     with RankPool(2, fresh=True) as pool:
         a = pool.call(f"{__name__}:state_after_previous")
         b = pool.call(f"{__name__}:state_after_previous")
-        assert pool.starts == 2
+        assert pool.spawned == 4
         assert {s[2] for s in a}.isdisjoint({s[2] for s in b})

@@ -20,6 +20,7 @@ from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 from ddp_conformance.report import load_results, write_report_set
 from ddp_conformance.report.common import divergences, per_parameter
 from ddp_conformance.report.compare import classify_timing, classify_verdict, compare_dirs
+from ddp_conformance.report.load import NO_END_RECORD
 from ddp_conformance.report.stream import ResultsWriter
 
 INFO: dict[str, Any] = {"type": "run", "started": "2026-01-01T00:00:00+00:00", "torch": "2.13.0",
@@ -92,7 +93,47 @@ def test_a_run_that_died_loads_what_it_wrote(tmp_path: Path) -> None:
     (tmp_path / "results.jsonl").write_text("\n".join(lines))
     run = load_results(str(tmp_path))
     assert not run.complete and len(run.results) == 1
-    assert "did not finish" in Path(write_report_set(str(tmp_path))[-1]).read_text()
+    assert run.incomplete == NO_END_RECORD
+    write_report_set(str(tmp_path))
+    assert_marked_incomplete(tmp_path, NO_END_RECORD, cases=1)
+
+
+def assert_marked_incomplete(directory: Path, reason: str, cases: int) -> None:
+    """summary.md says it first, junit.xml as a suite property with the finished cases'
+    counts, report.html in a banner."""
+    summary = (directory / "summary.md").read_text().splitlines()
+    assert summary[0] == "# ddp-conformance summary"
+    assert summary[2].startswith("**Incomplete run**: " + reason), summary[:4]
+    suite = ET.parse(directory / "junit.xml").getroot()
+    marks = [p.get("value") for p in suite.iter("property") if p.get("name") == "incomplete"]
+    assert marks == [reason]
+    assert suite.get("tests") == str(cases) and len(suite.findall("testcase")) == cases
+    html = (directory / "report.html").read_text()
+    assert "Incomplete run</b>: " + reason in html
+
+
+def test_an_interrupted_run_is_marked_incomplete_and_stays_so(tmp_path: Path) -> None:
+    results = sample_results()[:2]
+    writer = ResultsWriter(str(tmp_path), dict(INFO))
+    for r in results:
+        writer.add(r)
+    reason = "interrupted by SIGTERM after 2 of 9 cases"
+    writer.close(["a note"], incomplete=reason)
+    assert_marked_incomplete(tmp_path, reason, cases=2)
+    run = load_results(str(tmp_path))
+    assert run.incomplete == reason and not run.complete and len(run.results) == 2
+    for name in ("summary.md", "junit.xml", "report.html"):
+        (tmp_path / name).unlink()
+    write_report_set(str(tmp_path))  # `ddp-conformance report DIR` keeps the mark
+    assert_marked_incomplete(tmp_path, reason, cases=2)
+
+
+def test_a_complete_run_has_no_incomplete_mark(tmp_path: Path) -> None:
+    write_run(tmp_path, sample_results())
+    assert load_results(str(tmp_path)).incomplete is None
+    assert "Incomplete" not in (tmp_path / "summary.md").read_text()
+    assert "Incomplete" not in (tmp_path / "report.html").read_text()
+    assert not list(ET.parse(tmp_path / "junit.xml").getroot().iter("property"))
 
 
 def test_divergence_names_check_first_step_ranks_parameters_and_figures() -> None:

@@ -11,6 +11,7 @@ from ddp_conformance.runner import Runner
 from .conftest import DEFECTIVE
 
 CATALOG = {s.id: s for s in load_catalog()}
+NEWCOMER = "tests.newcomers:NewcomerDDP"
 
 
 def scenario(scenario_id: str) -> Scenario:
@@ -57,15 +58,46 @@ def test_never_broadcasting_buffers_fails_the_broadcast_check_on_rank_1(runner: 
                            DEFECTIVE + "NeverBroadcastsBuffers").verdict is Verdict.PASS
 
 
-def test_a_join_hook_that_shadows_nothing_is_a_timeout_with_stacks(runner: Runner) -> None:
+def test_a_join_hook_that_shadows_nothing_is_a_desync_with_stacks(runner: Runner) -> None:
+    """Rank 0 waits in a traced allreduce that rank 1, looping in Join's own (untraced)
+    group, never issues: diagnosed from the streams and rank 1's stack, before the deadline."""
     result = runner.run_case(scenario("join/uneven-divide-by-initial"),
                              DEFECTIVE + "JoinHookDoesNotShadow")
     assert result.verdict is Verdict.TIMEOUT
+    assert result.reason.startswith("desync: rank 0 waits in allreduce(")
+    assert "rank 1 waits in an untraced collective at all_reduce" in result.reason
+    assert result.duration_s < runner.config.timeout_s, "diagnosed, not timed out"
+    assert ">>" in result.desync and "[waits]" in result.desync
     assert set(result.stacks) == {0, 1}
-    assert "all_reduce" in result.stacks[1] or "all_reduce" in result.stacks[0]
-    assert "rank 0 at" in result.reason and "rank 1 at" in result.reason
+    assert "all_reduce" in result.stacks[1]
     # The pool recovered: the next case runs normally.
     assert runner.run_case(scenario("gradients/mlp-adam"), "torch").verdict is Verdict.PASS
+
+
+def test_a_constructor_broadcast_against_a_gradient_allreduce_is_a_desync(runner: Runner) -> None:
+    """The newcomer's DDP: rank 1 broadcasts weights in its constructor while rank 0 is in a
+    gradient allreduce (the models differ): the mismatch is named at its sequence number."""
+    result = runner.run_case(scenario("errors/mismatched-models"), NEWCOMER)
+    assert result.verdict is Verdict.TIMEOUT
+    assert "rank 0 waits in allreduce(" in result.reason and "(step 0, " in result.reason
+    assert "rank 1 waits in broadcast(" in result.reason and "(wrap)" in result.reason
+    assert "the streams differ first at #" in result.reason
+    assert result.duration_s < runner.config.timeout_s, "diagnosed, not timed out"
+
+
+def test_a_rank_that_finished_while_its_peer_waits_is_a_desync(runner: Runner) -> None:
+    """A parameter unused on rank 1: the newcomer's rank 1 issues one allreduce fewer and
+    finishes the job, while rank 0 waits in it."""
+    result = runner.run_case(scenario("unused/used-on-some-ranks"), NEWCOMER)
+    assert result.verdict is Verdict.TIMEOUT
+    assert "rank 1 never issued #" in result.reason and "it finished the job" in result.reason
+    assert set(result.stacks) == {0}
+
+
+def test_a_slow_case_is_not_a_desync(runner: Runner) -> None:
+    """Rank 1 sleeps before its first allreduce while rank 0 waits in it: merely slow."""
+    result = runner.run_case(scenario("gradients/mlp-sgd"), "tests.newcomers:SlowRank1")
+    assert result.verdict is Verdict.PASS, result.reason
 
 
 def test_a_rank_exiting_mid_step_is_a_crash_naming_it(runner: Runner) -> None:

@@ -3,15 +3,16 @@
 SPEC.md, "Verdicts and exit codes": a CRASH names the rank and its exit code or signal; an
 ERROR the rank that raised first (not a peer released by its failure) and its exception
 line; a TIMEOUT where every stuck rank is (its innermost frame, and the innermost one in
-the candidate's own code).
+the candidate's own code), or, when the ranks' collective streams can never match again,
+the desync: who waits in what, where the streams first differ, and the streams side by side.
 """
 from __future__ import annotations
 
-import os
-import re
-
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.ranks.outcome import Outcome, describe_exit
+from ddp_conformance.ranks.stacks import innermost_frame
+
+__all__ = ["failed_run", "innermost_frame", "last_line"]
 
 
 def failed_run(result: Result, out: Outcome, timeout_s: float) -> Result:
@@ -24,12 +25,19 @@ def failed_run(result: Result, out: Outcome, timeout_s: float) -> Result:
             or out.tracebacks
         rank = min(primary)
         result.verdict, result.reason = Verdict.ERROR, f"rank {rank} raised {last_line(primary[rank])}"
+    elif out.desync:
+        summary, _, result.desync = out.desync.partition("\n\n")
+        result.verdict = Verdict.TIMEOUT
+        result.reason = f"{summary} (diagnosed after {out.elapsed_s:.1f}s)"
     else:
         result.verdict = Verdict.TIMEOUT
         result.reason = (
             f"no progress within {timeout_s:g}s: rank(s) "
             f"{', '.join(map(str, sorted(out.stacks)))} still running"
             + "".join(f"; rank {r} at {innermost_frame(s)}" for r, s in sorted(out.stacks.items())))
+    if out.desync and out.status in ("crash", "raised"):
+        summary, _, result.desync = out.desync.partition("\n\n")
+        result.reason += f"; {summary}"
     result.tracebacks, result.stacks, result.exit_codes = out.tracebacks, out.stacks, out.exit_codes
     for rank, log in out.logs.items():
         fatal = result.stacks.get(rank)
@@ -48,30 +56,3 @@ def last_line(text: str) -> str:
         if after:
             return after[0].strip()
     return lines[-1].strip() if lines else "(no traceback)"
-
-
-_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
-_HARNESS_PARTS = (f"{os.sep}torch{os.sep}", f"{os.sep}ddp_conformance{os.sep}", "<frozen ")
-
-
-def innermost_frame(stack: str) -> str:
-    """Where a stuck rank is: its innermost frame, and the innermost one in user code.
-
-    faulthandler lists every thread, the current (main) one marked, most recent call first.
-    """
-    blocks = stack.split("\n\n")
-    current = next((b for b in blocks if b.lstrip().startswith("Current thread")), blocks[0])
-    frames = [m.groupdict() for m in _FRAME.finditer(current)]
-    if not frames:
-        return "(unknown)"
-
-    def show(f: dict[str, str]) -> str:
-        return f"{f['func']} ({os.path.basename(f['path'])}:{f['line']})"
-
-    where = show(frames[0])
-    if "Garbage-collecting" in current.split("File ", 1)[0]:
-        where = f"garbage collection in {where}"
-    caller = next((f for f in frames if not any(p in f["path"] for p in _HARNESS_PARTS)), None)
-    if caller is not None and caller is not frames[0]:
-        where += f" called from {show(caller)}"
-    return where

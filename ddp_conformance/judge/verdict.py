@@ -88,6 +88,12 @@ class Result:
     notes: list[str] = field(default_factory=list)
     #: Which repeat of ``--repeat N`` produced it (0-based).
     repeat: int = 0
+    #: Seconds per phase of the case (:data:`ddp_conformance.judge.costs.COLUMNS`: handover,
+    #: wrap, steps, record, transfer, reference, oracle, checks, other); they add up to
+    #: ``duration_s``. Empty in results written before costs were measured.
+    costs: dict[str, float] = field(default_factory=dict)
+    #: For a TIMEOUT diagnosed as a desync: the ranks' collective streams side by side.
+    desync: str = ""
 
     @property
     def case_id(self) -> str:

@@ -9,6 +9,7 @@ these records with the oracle and across ranks; a rank never judges itself.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import torch
@@ -27,15 +28,50 @@ def _snapshot(tensors: Any) -> Tensors:
     return {n: t.detach().clone() for n, t in tensors}
 
 
+class PhaseClock:
+    """Seconds per phase of one rank's scenario: :meth:`enter` charges the time since the
+    previous :meth:`enter` to the previous phase (``wrap``, ``steps``, ``record``)."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self._phase: str | None = None
+        self._since = time.perf_counter()
+
+    def enter(self, phase: str | None) -> None:
+        """From now on the time goes to ``phase`` (None: to no phase)."""
+        now = time.perf_counter()
+        if self._phase is not None:
+            self.times[self._phase] = self.times.get(self._phase, 0.0) + now - self._since
+        self._phase, self._since = phase, now
+
+    def stop(self) -> dict[str, float]:
+        """Close the current phase; the seconds per phase."""
+        self.enter(None)
+        return dict(self.times)
+
+
 def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size: int,
                  device: torch.device, process_group: Any) -> RankRecord:
-    """Train ``scenario`` with ``candidate`` on this rank; every rank calls this together."""
+    """Train ``scenario`` with ``candidate`` on this rank; every rank calls this together.
+
+    The record's ``times`` say where this rank's time went (:class:`PhaseClock`), also when
+    the scenario ended early (N/A, idle, an expected error).
+    """
+    clock = PhaseClock()
+    record = _run_scenario(scenario, candidate, rank, world_size, device, process_group, clock)
+    record.times = clock.stop()
+    return record
+
+
+def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size: int,
+                  device: torch.device, process_group: Any, clock: PhaseClock) -> RankRecord:
     static_missing = missing_capabilities(
         scenario, candidate.capabilities | _unknowable(candidate))
     if static_missing:
         return RankRecord(rank, not_applicable=static_missing)
     TRACER.take()
     TRACER.phase("wrap")
+    clock.enter("wrap")
     group_ranks = list(range(world_size))
     if scenario.groups is not None:
         process_group, group_ranks = _join_groups(scenario.groups, rank)
@@ -64,6 +100,7 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
 
     TRACER.phase("record")
+    clock.enter("record")
     record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
     at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
     hook = module.register_forward_pre_hook(
@@ -72,9 +109,10 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
                          throw_on_early_termination=scenario.join.throw_on_early_termination)
             if scenario.join else contextlib.nullcontext())
     steps = scenario.steps_for(group_rank)
+    clock.enter("steps")
     try:
         with join:
-            _train(scenario, adapter, record, steps, at_forward, rank, group_size, device)
+            _train(scenario, adapter, record, steps, at_forward, rank, group_size, device, clock)
             TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
         if scenario.expect_error is None:
@@ -83,6 +121,7 @@ def run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_size
     finally:
         hook.remove()
     TRACER.phase("record", steps)
+    clock.enter("record")
     record.final_params = adapter.parameters()
     record.final_buffers = adapter.buffers()
     record.trace = TRACER.take()
@@ -103,15 +142,18 @@ def _join_groups(groups: tuple[tuple[int, ...], ...], rank: int) -> tuple[Any, l
 
 
 def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
-           at_forward: list[Tensors], rank: int, world_size: int, device: torch.device) -> None:
+           at_forward: list[Tensors], rank: int, world_size: int, device: torch.device,
+           clock: PhaseClock) -> None:
     """The training loop: per step, zero_grad, the microbatches, record, optimizer step.
 
-    ``world_size`` is the DDP group's size (what the data is scaled by for exactness).
+    ``world_size`` is the DDP group's size (what the data is scaled by for exactness);
+    ``clock`` gets the snapshots as ``record``, the rest as ``steps``.
     """
     loss_fn = get_model(scenario.model).loss
     last = scenario.microbatches - 1
     for step in range(steps):
         TRACER.phase("zero_grad", step)
+        clock.enter("steps")
         adapter.zero_grad(scenario.zero_grad_set_to_none)
         for mb in range(scenario.microbatches):
             inputs, target = batch(scenario, rank, step, mb, world_size, device)
@@ -125,17 +167,21 @@ def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
                 TRACER.phase("backward", step, mb)
                 adapter.backward(loss)
         TRACER.phase("record", step)
+        clock.enter("record")
         # The contract asks for dense copies (Adapter.gradients makes them); a sparse one
         # from a candidate of the user's own is densified here rather than left to fail
         # the checks.
         grads = {n: g.to_dense() if g is not None and g.is_sparse else g
                  for n, g in adapter.gradients().items()}
         TRACER.phase("optimizer", step)
+        clock.enter("steps")
         adapter.step()
         TRACER.phase("record", step)
+        clock.enter("record")
         record.steps.append(StepRecord(grads, adapter.parameters(), adapter.buffers(),
                                        list(at_forward)))
         at_forward.clear()
+    clock.enter("steps")
 
 
 def _unknowable(candidate: Candidate) -> frozenset[str]:

@@ -70,6 +70,8 @@ class Raised:
 
     rank: int
     traceback: str
+    #: The rank cleaned up and stays in the pool (else it exits after this answer).
+    stays: bool = False
 
     @property
     def released(self) -> bool:

@@ -26,6 +26,12 @@ class Outcome:
     exit_codes: dict[int, int] = field(default_factory=dict)
     logs: dict[int, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    #: Seconds spent before the job reached the ranks: starting the pool, or replacing
+    #: ranks that left after the previous job (a hand-over from the spare, or a start).
+    handover_s: float = 0.0
+    #: When the ranks' collective streams could never match: the diagnosis (which rank
+    #: waits in what, the streams side by side); the status is then ``timeout``.
+    desync: str = ""
 
     def record(self, answer: Answer) -> bool:
         """Keep one rank's answer; True when the rank itself failed (a traceback that is

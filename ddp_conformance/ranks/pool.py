@@ -7,19 +7,32 @@ the job itself. ``fresh=True`` starts new processes for every job instead, the w
 
 Rendezvous never leaves this machine and never collides with another run: the parent hosts
 a TCP store on 127.0.0.1 with a port the OS chooses, talks to each rank over a private
-socket pair, and keeps logs and stack files in a private temporary directory.
+socket pair, and keeps logs, stack files and flight logs in a private temporary directory.
 
 Every wait has a deadline. :meth:`RankPool.run` ends in one of four ways:
 
 - ``done``: every rank answered;
-- ``raised``: some rank raised; it reports and leaves the pool (its process state is
-  suspect, and its exit closes its Gloo connections, which releases peers blocked in a
-  collective with it at once); the others answer within a short grace, or are stopped with
-  their stacks taken; ranks that left are restarted before the next job;
-- ``timeout``: the deadline passed; every rank's Python stack is taken (SIGUSR1 →
-  faulthandler), the pool is ended and started afresh for the next job;
+- ``raised``: some rank raised. A rank with no collective of its own in flight lets the
+  job's groups go, which closes their connections and so releases peers blocked in a
+  collective with it at once, and stays in the pool (:meth:`RankRuntime.release
+  <ddp_conformance.ranks.runtime.RankRuntime.release>`); a rank with work in flight, or
+  whose groups something still holds (a candidate that leaks itself), leaves instead: its
+  exit closes the connections (Gloo's ``abort`` and ``shutdown`` do not, measured on torch
+  2.13). Peers released that way only echo the failure, report it, and stay. Peers still
+  waiting :data:`RAISE_GRACE_S` after the raise (in a group outside the trace) are released
+  by telling the ranks that raised to leave;
+- ``timeout``: the deadline passed, or — with the trace on — the ranks' collective streams
+  can never match again (a desync, :mod:`ddp_conformance.ranks.desync`, decided within
+  about a second by :mod:`ddp_conformance.ranks.watch`); every rank still running has its
+  Python stack taken (SIGUSR1 → faulthandler) and is ended;
 - ``crash``: a rank process died; its exit code or signal and the end of its log are kept,
-  the other ranks' stacks taken, the pool ended and started afresh.
+  the ranks still running after :data:`CRASH_GRACE_S` have their stacks taken and are
+  ended.
+
+Ranks that ended are replaced before the next job. After the first replacement the pool
+keeps a **spare** process per rank, started in the background while cases run (at most one
+spare per rank: one spare pool), so a later replacement is a hand-over, not a start. A run
+without faults never starts a spare. :meth:`RankPool.close` ends active and spare ranks.
 """
 from __future__ import annotations
 
@@ -31,17 +44,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from ddp_conformance.errors import PoolError
-from ddp_conformance.ranks.messages import Done, Exit, Job, Ready, RunJob, receive, send
-from ddp_conformance.ranks.outcome import Outcome, describe_outcome
+from ddp_conformance.ranks.desync import mismatch
+from ddp_conformance.ranks.flight import FlightLog
+from ddp_conformance.ranks.messages import Done, Exit, Job, Raised, Ready, RunJob, receive, send
+from ddp_conformance.ranks.outcome import Outcome, describe_exit, describe_outcome
+from ddp_conformance.ranks.warmup import warm_up
+from ddp_conformance.ranks.watch import POLL_S, JobWatch
 
-#: After one rank raised, how long the others get to answer before they are stopped.
+#: After a rank raised, how long peers that the trace cannot show waiting on it get to
+#: answer before that rank is told to leave (which releases any peer blocked on it).
 RAISE_GRACE_S = 2.0
-#: After a rank died, how long the others get (they are usually released at once).
+#: After a rank died (or left), how long the others get: they are usually released at once.
 CRASH_GRACE_S = 2.0
 
 
@@ -52,9 +71,30 @@ class Pool(Protocol):
 
     def start(self) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, force: bool = False) -> None: ...
 
     def run(self, job: Job, timeout_s: float) -> Outcome: ...
+
+
+@dataclass
+class _Rank:
+    """One rank process: its socket to the parent and its private files."""
+
+    rank: int
+    serial: int
+    proc: subprocess.Popen[bytes]
+    conn: Connection
+    log: str
+    stack: str
+    flight: FlightLog
+    ready: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
 
 class RankPool:
@@ -62,16 +102,20 @@ class RankPool:
 
     def __init__(self, world_size: int, backend: str = "gloo", device: str = "cpu",
                  fresh: bool = False, startup_timeout_s: float = 120.0,
-                 threads_per_rank: int | None = None) -> None:
+                 threads_per_rank: int | None = None, spare: bool = True) -> None:
         self.world_size = world_size
         self.backend = backend
         self.device = device
         self.fresh = fresh
+        self.spare = spare and not fresh
         self.startup_timeout_s = startup_timeout_s
         self.threads = threads_per_rank or max(1, (os.cpu_count() or 1) // max(1, world_size))
-        self.starts = 0
-        self._procs: list[subprocess.Popen[bytes]] = []
-        self._conns: list[Connection] = []
+        #: Rank processes started (spares included), and replacements taken from a spare.
+        self.spawned = 0
+        self.handovers = 0
+        self._active: list[_Rank | None] = []
+        self._spares: list[_Rank | None] = []
+        self._spares_wanted = False
         self._tmp: str | None = None
         self._store: Any = None
         self._jobs = 0
@@ -83,57 +127,99 @@ class RankPool:
         import torch.distributed as dist
 
         self.close()
-        self.starts += 1
         self._tmp = tempfile.mkdtemp(prefix="ddp-conformance-pool-")
         self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
                                     timeout=timedelta(seconds=300))
-        self._procs = [None] * self.world_size  # type: ignore[list-item]
-        self._conns = [None] * self.world_size  # type: ignore[list-item]
-        self._spawn(list(range(self.world_size)))
+        self._active, self._spares = [None] * self.world_size, [None] * self.world_size
+        for rank in range(self.world_size):  # each recorded at once: close() can end it
+            self._active[rank] = self._spawn(rank)
+        warm_up()  # the parent's share of torch's one-time costs, while the ranks start
+        self._await_ready([r for r in self._active if r is not None])
 
-    def _replace_dead(self) -> None:
-        """Restart the ranks that left (a rank that raised exits: its state is suspect)."""
-        dead = [r for r, p in enumerate(self._procs) if p.poll() is not None]
-        if dead:
-            for rank in dead:
-                self._conns[rank].close()
-            self._spawn(dead)
+    def pids(self, spares: bool = False) -> list[int]:
+        """The active ranks' process ids, in rank order; the spares' too if asked."""
+        ranks = [*self._active, *self._spares] if spares else self._active
+        return [r.pid for r in ranks if r is not None]
 
-    def _spawn(self, ranks: list[int]) -> None:
-        env = self._worker_env()
-        for rank in ranks:
-            parent_sock, child_sock = socket.socketpair()
-            log = open(self._path(f"rank{rank}.log"), "ab")  # noqa: SIM115
-            cmd = [sys.executable, "-m", "ddp_conformance.ranks.worker", "--rank", str(rank),
-                   "--world-size", str(self.world_size), "--fd", str(child_sock.fileno()),
-                   "--store-port", str(self._store.port), "--backend", self.backend,
-                   "--device", self.device, "--stack-file", self._path(f"rank{rank}.stack"),
-                   "--threads", str(self.threads), "--parent-pid", str(os.getpid())]
-            self._procs[rank] = subprocess.Popen(
-                cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(child_sock.fileno(),), start_new_session=True)
-            log.close()
-            child_sock.close()
-            self._conns[rank] = Connection(parent_sock.detach())
+    def _spawn(self, rank: int) -> _Rank:
+        """Start one rank process; it becomes ready on its own (see :meth:`_await_ready`)."""
+        self.spawned += 1
+        serial = self.spawned
+        parent_sock, child_sock = socket.socketpair()
+        log_path, stack_path = self._path(f"p{serial}.log"), self._path(f"p{serial}.stack")
+        flight_path = self._path(f"p{serial}.flight")
+        cmd = [sys.executable, "-m", "ddp_conformance.ranks.worker", "--rank", str(rank),
+               "--world-size", str(self.world_size), "--fd", str(child_sock.fileno()),
+               "--store-port", str(self._store.port), "--backend", self.backend,
+               "--device", self.device, "--stack-file", stack_path,
+               "--flight-file", flight_path,
+               "--threads", str(self.threads), "--parent-pid", str(os.getpid())]
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                cmd, env=self._worker_env(), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
+                start_new_session=True)
+        child_sock.close()
+        return _Rank(rank, serial, proc, Connection(parent_sock.detach()), log_path,
+                     stack_path, FlightLog(flight_path))
+
+    def _await_ready(self, ranks: list[_Rank]) -> None:
+        """Wait (within the start-up deadline) until every one of ``ranks`` said Ready."""
         deadline = time.monotonic() + self.startup_timeout_s
-        pending = set(ranks)
+        pending = {id(r.conn): r for r in ranks if not r.ready}
         while pending:
             remaining = deadline - time.monotonic()
-            ready = wait([self._conns[r] for r in pending], timeout=max(0.0, remaining))
+            ready = wait([r.conn for r in pending.values()], timeout=max(0.0, remaining))
             if not ready:
-                self.close()
-                raise PoolError(f"rank processes {sorted(pending)} did not start within "
+                names = sorted(r.rank for r in pending.values())
+                self.close(force=True)
+                raise PoolError(f"rank processes {names} did not start within "
                                 f"{self.startup_timeout_s:.0f}s")
-            for ready_conn in ready:
-                rank = self._conns.index(cast(Connection, ready_conn))
+            for conn in ready:
+                r = pending.pop(id(conn))
                 try:
-                    hello = receive(self._conns[rank])
+                    hello = receive(r.conn)
                     assert isinstance(hello, Ready), hello
                 except (EOFError, OSError):
-                    log_tail = self._log_tail(rank)
-                    self.close()
-                    raise PoolError(f"rank {rank} failed to start: {log_tail}") from None
-                pending.discard(rank)
+                    tail = _tail(r.log)
+                    self.close(force=True)
+                    raise PoolError(f"rank {r.rank} failed to start: {tail}") from None
+                r.ready = True
+
+    def _replace_ended(self) -> float:
+        """Fill every rank whose process ended: from the spares (a hand-over) or by starting
+        one. Returns the seconds it took; the first replacement makes the pool keep spares."""
+        holes = [i for i, r in enumerate(self._active) if r is None or not r.alive()]
+        if not holes:
+            return 0.0
+        started = time.monotonic()
+        for i in holes:
+            old = self._active[i]
+            if old is not None:
+                self._end([old])
+            spare = self._spares[i]
+            if spare is not None and spare.alive():
+                self._active[i], self._spares[i] = spare, None
+                self.handovers += 1
+            else:
+                if spare is not None:
+                    self._end([spare])
+                    self._spares[i] = None
+                self._active[i] = self._spawn(i)
+        self._await_ready([r for r in self._active if r is not None])
+        self._spares_wanted = self.spare
+        self._fill_spares()
+        return time.monotonic() - started
+
+    def _fill_spares(self) -> None:
+        """Start a spare for every rank that has none (they start while cases run)."""
+        if not self._spares_wanted:
+            return
+        for i, spare in enumerate(self._spares):
+            if spare is None or not spare.alive():
+                if spare is not None:
+                    self._end([spare])
+                self._spares[i] = self._spawn(i)
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -149,28 +235,35 @@ class RankPool:
         return os.path.join(self._tmp, name)
 
     def close(self, force: bool = False) -> None:
-        """End the rank processes (politely, then by force) and remove the private files."""
-        for conn, proc in zip(self._conns, self._procs, strict=True):
-            if force:
-                proc.kill()
-                continue
-            try:
-                send(conn, Exit())
-            except OSError:
-                pass
-        deadline = time.monotonic() + 2.0
-        for proc in self._procs:
-            try:
-                proc.wait(timeout=max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for conn in self._conns:
-            conn.close()
-        self._procs, self._conns, self._store = [], [], None
+        """End every rank process, spares included (politely unless ``force``, then by
+        force), and remove the private files."""
+        everyone = [r for r in [*self._active, *self._spares] if r is not None]
+        self._end(everyone, polite=not force)
+        self._active, self._spares, self._store = [], [], None
+        self._spares_wanted = False
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+    @staticmethod
+    def _end(ranks: list[_Rank], polite: bool = False) -> None:
+        """End ``ranks``: ask them to exit (idle ones do at once), then kill what is left."""
+        for r in ranks:
+            if polite and r.alive():
+                try:
+                    send(r.conn, Exit())
+                except OSError:
+                    pass
+            elif r.alive():
+                r.proc.kill()
+        deadline = time.monotonic() + 2.0
+        for r in ranks:
+            try:
+                r.proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait()
+            r.conn.close()
 
     def __enter__(self) -> RankPool:
         return self
@@ -182,12 +275,16 @@ class RankPool:
 
     def run(self, job: Job, timeout_s: float) -> Outcome:
         """Run ``job`` on every rank; never waits longer than ``timeout_s`` plus graces."""
-        if self.fresh or not self._procs:
+        started = time.monotonic()
+        if self.fresh or not self._active:
             self.start()
         else:
-            self._replace_dead()
+            self._replace_ended()
+        handover = time.monotonic() - started
         try:
-            return self._run(job, timeout_s)
+            out = self._run(job, timeout_s)
+            out.handover_s = handover
+            return out
         finally:
             if self.fresh:
                 self.close()
@@ -195,40 +292,78 @@ class RankPool:
     def _run(self, job: Job, timeout_s: float) -> Outcome:
         self._jobs += 1
         job.store_prefix = f"job{self._jobs}"
+        ranks: list[_Rank] = [r for r in self._active if r is not None]
         started = time.monotonic()
         deadline = started + timeout_s
         out = Outcome("done")
         pending = set(range(self.world_size))
+        #: Ranks that answered, with what they did (for the desync diagnosis).
+        gone: dict[int, str] = {}
+        #: Ranks that raised and stayed: peers may wait on them until they leave.
+        raised_here: set[int] = set()
+        release_at: float | None = None
         # Where each rank's stack file ends now: what faulthandler writes past it when a
         # rank dies of a fatal signal is that rank's Python stack at the moment of death.
-        stack_marks = {r: _size(self._path(f"rank{r}.stack")) for r in pending}
-        for rank, conn in enumerate(self._conns):
+        stack_marks = {r.rank: _size(r.stack) for r in ranks}
+        watch = JobWatch({r.rank: r.flight for r in ranks}, {r.rank: r.pid for r in ranks},
+                         lambda which: self._dump_stacks([ranks[i] for i in which])) \
+            if job.trace else None
+        for r in ranks:
             try:
-                send(conn, RunJob(job))
+                send(r.conn, RunJob(job))
             except OSError:  # it died between jobs
-                pending.discard(rank)
-                out.exit_codes[rank] = self._exit_code(rank)
-                out.logs[rank] = self._log_tail(rank)
+                pending.discard(r.rank)
+                out.exit_codes[r.rank] = _exit_code(r)
+                out.logs[r.rank] = _tail(r.log)
+                gone[r.rank] = f"died ({describe_exit(out.exit_codes[r.rank])})"
         while pending:
-            remaining = deadline - time.monotonic()
-            ready = wait([self._conns[r] for r in pending], timeout=max(0.0, remaining)) \
-                if remaining > 0 else []
-            if not ready:
+            now = time.monotonic()
+            if now >= deadline:
                 break
-            for ready_conn in ready:
-                rank = self._conns.index(cast(Connection, ready_conn))
-                pending.discard(rank)
+            wake = min(deadline - now, POLL_S) if watch is not None else deadline - now
+            if release_at is not None:
+                wake = min(wake, max(0.0, release_at - now))
+            for conn in wait([ranks[p].conn for p in pending], timeout=wake):
+                r = next(x for x in ranks if x.conn is conn)
+                pending.discard(r.rank)
                 try:
-                    answer = receive(self._conns[rank])
+                    answer = receive(r.conn)
                 except (EOFError, OSError):
-                    out.exit_codes[rank] = self._exit_code(rank)
-                    out.logs[rank] = self._log_tail(rank)
+                    out.exit_codes[r.rank] = _exit_code(r)
+                    out.logs[r.rank] = _tail(r.log)
+                    gone[r.rank] = f"died ({describe_exit(out.exit_codes[r.rank])})"
                     deadline = min(deadline, time.monotonic() + CRASH_GRACE_S)
                     continue
-                if out.record(answer):
-                    self._reap(rank)  # it leaves the pool after reporting
-                if not isinstance(answer, Done):
-                    deadline = min(deadline, time.monotonic() + RAISE_GRACE_S)
+                failed_here = out.record(answer)
+                if isinstance(answer, Done):
+                    gone[r.rank] = "finished the job"
+                    continue
+                assert isinstance(answer, Raised), answer
+                gone[r.rank] = "raised" if answer.stays else "raised and left"
+                if not answer.stays:
+                    _reap(r)  # it leaves the pool after reporting
+                elif failed_here:
+                    raised_here.add(r.rank)
+                if failed_here and release_at is None:
+                    release_at = time.monotonic() + RAISE_GRACE_S
+            if not pending:
+                break
+            now = time.monotonic()
+            if raised_here and release_at is not None and now >= release_at:
+                # Peers still wait, on ranks that raised (they let their groups go, which
+                # releases peers blocked in the trace's groups; not those of a group
+                # created outside it): their exit releases everyone.
+                self._end([ranks[i] for i in raised_here], polite=True)
+                raised_here.clear()
+                deadline = min(deadline, now + RAISE_GRACE_S)
+            elif release_at is not None and now >= release_at:
+                deadline = min(deadline, now + RAISE_GRACE_S)
+                release_at = None
+            elif watch is not None and not out.tracebacks and not out.exit_codes:
+                desync = watch.poll(pending, gone, now)
+                if desync is not None:
+                    out.desync = f"{desync.summary}\n\n{desync.detail}"
+                    break
         out.elapsed_s = time.monotonic() - started
         if out.exit_codes:
             out.status = "crash"
@@ -236,13 +371,20 @@ class RankPool:
             out.status = "raised"
         elif pending:
             out.status = "timeout"
+        if watch is not None and out.status in ("crash", "raised"):
+            watch.read()
+            evidence = mismatch(watch.flights())
+            if evidence is not None:  # why it died or raised, when the streams say it
+                out.desync = f"{evidence.summary}\n\n{evidence.detail}"
         if pending or out.exit_codes:
-            out.stacks = self._dump_stacks(sorted(pending))
+            out.stacks = self._dump_stacks([ranks[i] for i in sorted(pending)])
             for rank in out.exit_codes:
-                fatal = self._read_from(self._path(f"rank{rank}.stack"), stack_marks[rank])
+                fatal = _read_from(ranks[rank].stack, stack_marks[rank])
                 if fatal:
                     out.stacks[rank] = fatal
-            self.close(force=True)
+        # Stuck ranks cannot be recovered (they wait in C++): end them; the next job
+        # replaces them and every other rank that left.
+        self._end([ranks[i] for i in pending])
         return out
 
     def call(self, function: str, *args: Any, timeout_s: float = 120.0) -> list[Any]:
@@ -255,57 +397,60 @@ class RankPool:
 
     # -- evidence ---------------------------------------------------------------------
 
-    def _reap(self, rank: int) -> None:
-        try:
-            self._procs[rank].wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            self._procs[rank].kill()
-            self._procs[rank].wait()
-
-    def _exit_code(self, rank: int) -> int:
-        try:
-            return self._procs[rank].wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            return 0
-
-    def _log_tail(self, rank: int, limit: int = 4000) -> str:
-        try:
-            with open(self._path(f"rank{rank}.log"), "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - limit))
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def _dump_stacks(self, ranks: list[int]) -> dict[int, str]:
+    def _dump_stacks(self, ranks: list[_Rank]) -> dict[int, str]:
         """Every listed live rank's Python stacks, through faulthandler on SIGUSR1."""
-        paths = {r: self._path(f"rank{r}.stack") for r in ranks}
-        before = {r: _size(p) for r, p in paths.items()}
-        for rank in ranks:
-            if self._procs[rank].poll() is None:
-                os.kill(self._procs[rank].pid, signal.SIGUSR1)
+        before = {r.rank: _size(r.stack) for r in ranks}
+        for r in ranks:
+            if r.alive():
+                os.kill(r.pid, signal.SIGUSR1)
         # Wait until every file grew and then stayed the same size for 0.1 s (2 s at most).
         deadline = time.monotonic() + 2.0
         last, quiet_since = dict(before), time.monotonic()
-        while time.monotonic() < deadline:
+        while ranks and time.monotonic() < deadline:
             time.sleep(0.05)
-            sizes = {r: _size(p) for r, p in paths.items()}
+            sizes = {r.rank: _size(r.stack) for r in ranks}
             if sizes != last:
                 last, quiet_since = sizes, time.monotonic()
-            elif all(sizes[r] > before[r] for r in ranks) and \
+            elif all(sizes[r] > before[r] for r in sizes) and \
                     time.monotonic() - quiet_since >= 0.1:
                 break
-        return {rank: self._read_from(path, before[rank])
-                or "(no stack: the process did not answer SIGUSR1)" for rank, path in paths.items()}
+        return {r.rank: _read_from(r.stack, before[r.rank])
+                or "(no stack: the process did not answer SIGUSR1)" for r in ranks}
 
-    @staticmethod
-    def _read_from(path: str, offset: int) -> str:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read().decode(errors="replace").strip()
-        except OSError:
-            return ""
+
+def _reap(r: _Rank) -> None:
+    """Wait for a rank that announced it leaves (kill it if it does not)."""
+    try:
+        r.proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        r.proc.kill()
+        r.proc.wait()
+
+
+def _exit_code(r: _Rank) -> int:
+    try:
+        return r.proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        return 0
+
+
+def _tail(path: str, limit: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _read_from(path: str, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def _size(path: str) -> int:

@@ -40,3 +40,7 @@ class RankRecord:
     idle: bool = False
     #: Every collective this rank issued, with the phase it was issued in.
     trace: list[Collective] = field(default_factory=list)
+    #: Seconds this rank spent per phase of the scenario: ``wrap`` (wrap, optimizer setup,
+    #: comm hook registration), ``steps`` (the training loop, Join's exit) and ``record``
+    #: (snapshots for the parent); see :mod:`ddp_conformance.judge.costs`.
+    times: dict[str, float] = field(default_factory=dict)

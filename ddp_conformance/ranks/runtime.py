@@ -26,6 +26,7 @@ import gc
 import importlib
 import random
 import traceback
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -114,3 +115,26 @@ class RankRuntime:
         if dist.is_initialized():
             self._retired_groups = list(dist.distributed_c10d._world.pg_map)
             dist.destroy_process_group()
+
+    def release(self) -> bool:
+        """After this rank raised: destroy the job's groups *and* let them go, so that their
+        connections close and peers blocked in a collective with this rank are released at
+        once (Gloo's ``abort`` does not close them; the last reference going does, measured
+        on torch 2.13). True when every group is gone; False when something still holds one
+        (it is then kept, as :meth:`cleanup` keeps them, and the rank should leave the pool:
+        its exit closes the connections instead).
+
+        Only for a rank with no collective in flight: then no future callback can hold a
+        group on a backend thread (see :meth:`cleanup`), and a group seen alive after a
+        full collection is held by something else, and kept.
+        """
+        groups = list(dist.distributed_c10d._world.pg_map) if dist.is_initialized() else []
+        refs = [weakref.ref(g) for g in [*groups, *self._retired_groups]]
+        del groups
+        self._retired_groups = []
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        gc.collect()
+        alive = [g for g in (r() for r in refs) if g is not None]
+        self._retired_groups = alive
+        return not alive

@@ -213,7 +213,7 @@ class TorchrunPool:
         """Whether a job is still stuck on some rank (the leader must then ``os._exit``)."""
         return self._stuck is not None
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
         """Tell the followers to exit (once)."""
         if self._jobs >= 0:
             self._jobs += 1

@@ -18,18 +18,24 @@ size, launch time) with the phase the tracer was in (step, microbatch, stage), s
 checks can say "rank 1, step 2, backward: an allreduce of 310 float32 elements that rank
 0 never issued"; with ``Tracer.completions`` on, also when the collective completed
 (stamped in the work's future callback), for the bench's overlap figures.
+
+A group created through :func:`traced_backend` also knows its id and global ranks (the
+same on every rank) and numbers its collectives; with ``Tracer.flight`` set (the pool's
+ranks set it) each is streamed to the parent as it is launched and completed, which is how
+a hang is diagnosed while it happens (:mod:`ddp_conformance.ranks.flight`).
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as C10dBackend
+
+from ddp_conformance.ranks.flight import FlightRecorder
 
 #: Stages the engine marks; collectives in ``record`` come from the harness reading state.
 STAGES = ("wrap", "zero_grad", "forward", "backward", "optimizer", "join", "record")
@@ -78,6 +84,8 @@ class Tracer:
         self.microbatch = -1
         self.stage = "wrap"
         self.completions = completions
+        #: Where launches and completions are streamed to the parent (None: nowhere).
+        self.flight: FlightRecorder | None = None
 
     def phase(self, stage: str, step: int = -1, microbatch: int = -1) -> None:
         assert stage in STAGES, stage
@@ -163,12 +171,16 @@ def _traced(name: str) -> Callable[..., Any]:
         tensor, numel = measure(args) if args else (None, 0)
         tracer = self.tracer
         entry = tracer.record(name, tensor, numel, self.size())
+        self.seq += 1
         # Not every operation is bound on a backend object (ProcessGroupGloo lacks the
         # coalesced ones): those take the generic c10d path of a plain group over it.
         target = self.inner if hasattr(self.inner, name) else self.plain
         work = getattr(target, name)(*args, **kwargs)
         if tracer.completions:
             tracer.watch(entry, work)
+        if tracer.flight is not None and self.group_key:
+            tracer.flight.launched(self.group_key, self.seq, name, entry.dtype, numel,
+                                   entry.stage, entry.step, entry.microbatch, work)
         return work
 
     call.__name__ = name
@@ -185,14 +197,22 @@ class TracingProcessGroup(dist.ProcessGroup):
     ``inner``: a backend object (``ProcessGroupGloo``, ``ProcessGroupNCCL``) or a
     ``ProcessGroup``. ``backend_name``: what ``getBackendName`` answers (default
     ``traced_<inner's backend>``; a group created through a registered backend must answer
-    the registered name). ``tracer``: default :data:`TRACER`.
+    the registered name). ``tracer``: default :data:`TRACER`. ``group_key`` and ``ranks``:
+    the group's id and global ranks, the same on every rank (given by :func:`traced_backend`;
+    without them the group's collectives are not streamed to the flight recorder).
     """
 
     def __init__(self, inner: dist.ProcessGroup | C10dBackend, backend_name: str | None = None,
-                 tracer: Tracer | None = None) -> None:
+                 tracer: Tracer | None = None, group_key: str = "",
+                 ranks: Sequence[int] = ()) -> None:
         super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]
         self.inner = inner
         self.tracer = TRACER if tracer is None else tracer
+        self.group_key = group_key
+        #: How many collectives this rank issued on the group so far.
+        self.seq = 0
+        if group_key and self.tracer.flight is not None:
+            self.tracer.flight.group(group_key, tuple(ranks))
         if isinstance(inner, dist.ProcessGroup):
             real = inner._get_backend_name().removeprefix("traced_")
             #: What serves the operations ``inner`` does not bind in Python: itself here.
@@ -230,7 +250,10 @@ def traced_backend(backend: str) -> str:
     if hasattr(dist.Backend, name.upper()):
         return name
 
-    def create(store: Any, rank: int, size: int, timeout: timedelta) -> dist.ProcessGroup:
+    def create(opts: Any, _backend_options: Any) -> dist.ProcessGroup:
+        # The extended creator: it is told the group's id and global ranks (an empty list
+        # for the default group), which name the group alike on every rank.
+        store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
         inner: Any
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
@@ -238,8 +261,9 @@ def traced_backend(backend: str) -> str:
             inner = dist.ProcessGroupNCCL(store, rank, size, options)
         else:
             inner = dist.ProcessGroupGloo(store, rank, size, timeout)
-        return TracingProcessGroup(inner, name)
+        ranks = list(opts.global_ranks_in_group) or list(range(size))
+        return TracingProcessGroup(inner, name, group_key=str(opts.group_id), ranks=ranks)
 
     devices = ["cuda"] if backend == "nccl" else ["cpu", "cuda"]
-    dist.Backend.register_backend(name, create, devices=devices)
+    dist.Backend.register_backend(name, create, extended_api=True, devices=devices)
     return name

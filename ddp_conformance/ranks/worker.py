@@ -14,6 +14,7 @@ import gc
 import os
 import signal
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from multiprocessing.connection import Connection
 
@@ -25,6 +26,7 @@ def serve(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from ddp_conformance.ranks.runtime import RankRuntime
+    from ddp_conformance.ranks.warmup import warm_up
 
     conn = Connection(args.fd)
     store = dist.TCPStore("127.0.0.1", args.store_port, None, False,
@@ -36,6 +38,7 @@ def serve(args: argparse.Namespace) -> None:
     else:
         device = torch.device("cpu")
     runtime = RankRuntime(args.rank, args.world_size, args.backend, device, store)
+    warm_up()
     # Everything imported so far lives as long as the process: keep it out of the
     # collector's scans, so that the collection after each job costs microseconds.
     gc.collect()
@@ -50,15 +53,38 @@ def serve(args: argparse.Namespace) -> None:
             return
         assert isinstance(message, RunJob), message
         answer = runtime.execute(message.job)
+        if isinstance(answer, Raised) and may_stay(answer, message.job.trace):
+            try:
+                # A peer's echo: its connections are closed already. This rank's own
+                # failure: let the job's groups go, which releases peers waiting on it.
+                if answer.released:
+                    runtime.cleanup()
+                    answer = replace(answer, stays=True)
+                elif runtime.release():
+                    answer = replace(answer, stays=True)
+            except BaseException:  # noqa: BLE001 - a cleanup that fails: leave, as below
+                pass
         send(conn, answer)
-        if isinstance(answer, Raised):
-            if answer.released:
-                runtime.cleanup()  # only a peer failed: this process is sound
-                continue
-            # The job failed here: leave. Destroying the group does not close its
-            # connections while C++ objects (a DDP reducer) still hold it; exiting does,
-            # which releases peers blocked in a collective with this rank at once.
+        if isinstance(answer, Raised) and not answer.stays:
+            # Leave. Destroying the group does not close its connections while C++
+            # objects (a DDP reducer) still hold it; exiting does, which releases peers
+            # blocked in a collective with this rank at once.
             os._exit(0)
+
+
+def may_stay(answer: Raised, traced: bool) -> bool:
+    """Whether a rank that raised is sound enough to stay in the pool.
+
+    It is when its exception only echoes a peer's failure, or when none of its own
+    collectives is still in flight (the flight recorder counts them: only known when the
+    job was traced) and its groups can be let go (:meth:`RankRuntime.release`). A rank with
+    work in flight leaves: that work would complete, or fail, inside a later job.
+    """
+    from ddp_conformance.ranks.tracing import TRACER
+
+    if answer.released:
+        return True
+    return traced and TRACER.flight is not None and TRACER.flight.pending() == 0
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -92,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--stack-file", required=True)
+    parser.add_argument("--flight-file", default="")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--parent-pid", type=int, default=0)
     args = parser.parse_args(argv)
@@ -103,6 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.flight_file:
+        from ddp_conformance.ranks.flight import FlightRecorder
+        from ddp_conformance.ranks.tracing import TRACER
+
+        TRACER.flight = FlightRecorder(args.flight_file)
     serve(args)
     sys.exit(0)
 

@@ -22,8 +22,12 @@ __all__ = ["BENCH_FILE", "HTML_FILE", "JUNIT_FILE", "RESULTS_FILE", "SUMMARY_FIL
 
 
 def render(directory: str, info: dict[str, Any] | None, results: list[Result], notes: list[str],
-           bench: dict[str, Any] | None = None, complete: bool = True) -> list[str]:
-    """Write the summaries of one run into ``directory``; return the paths written."""
+           bench: dict[str, Any] | None = None, incomplete: str | None = None) -> list[str]:
+    """Write the summaries of one run into ``directory``; return the paths written.
+
+    ``incomplete``: why ``results`` are only the cases finished (an interrupted run);
+    every file then says so at its top (JUnit: an ``incomplete`` property of the suite).
+    """
     from .html import render_html
     from .junit import write_junit
     from .markdown import markdown_summary
@@ -33,15 +37,15 @@ def render(directory: str, info: dict[str, Any] | None, results: list[Result], n
     if info is not None or bench:
         path = os.path.join(directory, SUMMARY_FILE)
         with open(path, "w", encoding="utf-8") as f:
-            f.write(markdown_summary(info or {}, results, notes, bench))
+            f.write(markdown_summary(info or {}, results, notes, bench, incomplete=incomplete))
         written.append(path)
     if info is not None:
         path = os.path.join(directory, JUNIT_FILE)
-        write_junit(path, results)
+        write_junit(path, results, incomplete=incomplete)
         written.append(path)
     path = os.path.join(directory, HTML_FILE)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(info, results, notes, bench, complete))
+        f.write(render_html(info, results, notes, bench, incomplete=incomplete))
     written.append(path)
     return written
 
@@ -56,4 +60,4 @@ def write_report_set(directory: str) -> list[str]:
         raise UsageError(f"{directory!r} holds neither {RESULTS_FILE} nor {BENCH_FILE}")
     run = load_results(directory) if has_results else None
     return render(directory, run.info if run else None, run.results if run else [],
-                  run.notes if run else [], bench, run.complete if run else True)
+                  run.notes if run else [], bench, run.incomplete if run else None)

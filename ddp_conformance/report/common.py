@@ -5,7 +5,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from ddp_conformance.config import RunConfig
+from ddp_conformance.judge.costs import COLUMNS
 from ddp_conformance.judge.verdict import Figure, Result, Verdict
 
 #: Verdict order in tables and counts, best first.
@@ -125,3 +128,62 @@ def divergence_row(d: Divergence, max_names: int = 4) -> list[str]:
     return [d.check, "init" if d.first_step == -1 else ("-" if d.first_step is None else str(d.first_step)),
             ", ".join(map(str, d.ranks)) or "-", names or "-", fmt(d.max_abs), fmt(d.max_rel),
             fmt(d.max_ulp, 4), "bitwise" if d.tolerance == 0 else fmt(d.tolerance)]
+
+
+#: How many slowest cases the summaries list when the run info does not say (results
+#: written before ``--durations`` existed).
+DEFAULT_SLOWEST = RunConfig.durations
+
+
+def slowest_count(info: dict[str, Any] | None) -> int:
+    """How many slowest cases to list: the run's ``--durations`` (0: every case)."""
+    value = (info or {}).get("durations", DEFAULT_SLOWEST)
+    return value if isinstance(value, int) and value >= 0 else DEFAULT_SLOWEST
+
+
+def slowest_cases(results: list[Result], n: int) -> tuple[list[str], list[list[str]]]:
+    """The ``n`` slowest cases (0: all), slowest first: case, verdict, seconds, then the
+    seconds of every cost column (:data:`~ddp_conformance.judge.costs.COLUMNS`) when a
+    listed case has costs ('-' for one without: a result written before costs existed)."""
+    ranked = sorted(results, key=lambda r: r.duration_s, reverse=True)
+    listed = ranked[:n] if n else ranked
+    columns = COLUMNS if any(r.costs for r in listed) else ()
+    header = ["case", "verdict", "seconds", *columns]
+    rows = [[_case_label(r), r.verdict.value, f"{r.duration_s:.3f}",
+             *(f"{r.costs[c]:.3f}" if c in r.costs else "-" for c in columns)] for r in listed]
+    return header, rows
+
+
+def _case_label(r: Result) -> str:
+    return r.case_id + (f" (repeat {r.repeat + 1})" if r.repeat else "")
+
+
+def time_shares(results: list[Result]) -> list[tuple[str, float, float]]:
+    """Where the run's time went, over every case with costs: (column, seconds, share of
+    all their costs), largest first; columns no case spent time in are left out."""
+    totals = {c: sum(r.costs.get(c, 0.0) for r in results) for c in COLUMNS}
+    whole = sum(totals.values())
+    if whole <= 0:
+        return []
+    shares = [(c, s, s / whole) for c, s in totals.items() if s > 0]
+    return sorted(shares, key=lambda t: t[1], reverse=True)
+
+
+def time_shares_line(results: list[Result]) -> str:
+    """``steps 41% · reference 22% · ...`` ('' when no case has costs)."""
+    return " · ".join(f"{c} {_percent(share)}" for c, _, share in time_shares(results))
+
+
+def _percent(share: float) -> str:
+    return "<1%" if share < 0.005 else f"{share:.0%}"
+
+
+def slowest_intro(results: list[Result], n: int) -> str:
+    """The sentence above the slowest cases' table."""
+    total = len(results)
+    listed = min(n, total) if n else total
+    what = (f"The {listed} slowest of {total} cases" if listed < total
+            else "The one case" if total == 1 else f"All {total} cases, slowest first")
+    seconds = sum(r.duration_s for r in results)
+    return (f"{what} ({seconds:.1f} s in all), seconds per phase. The reference DDP's run and "
+            "the oracle are cached per scenario: each is charged to the case that ran it.")

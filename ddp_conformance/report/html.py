@@ -16,6 +16,10 @@ from .common import (
     divergence_row,
     divergences,
     per_parameter,
+    slowest_cases,
+    slowest_count,
+    slowest_intro,
+    time_shares_line,
     verdict_matrix,
 )
 from .markdown import git_line
@@ -49,6 +53,7 @@ pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:8px;overflow-x:auto;font
 img{max-width:100%;border:1px solid #eee} details summary{cursor:pointer;color:#0b5394}
 .info td:first-child{font-weight:600;background:#fafafa}
 .note{background:#fffbe6;border:1px solid #f0e0a0;padding:8px 12px}
+.incomplete{background:#fdecea;border:2px solid #d9534f;padding:8px 12px;font-size:15px}
 """
 
 
@@ -139,6 +144,8 @@ def case_html(r: Result) -> str:
         parts.append(img(plots.error_per_step(r), f"error per step of {r.case_id}"))
     for rank, code in sorted(r.exit_codes.items()):
         parts.append(f"<p><b>rank {rank}</b> ended with {esc(describe_exit(code))}</p>")
+    if r.desync:
+        parts.append(f"<p>The ranks' collective streams:</p><pre>{esc(r.desync.rstrip())}</pre>")
     for kind, texts in (("traceback", r.tracebacks), ("stack", r.stacks)):
         for rank, text in sorted(texts.items()):
             parts.append(f"<p><b>rank {rank} {kind}</b>:</p><pre>{esc(text.rstrip())}</pre>")
@@ -150,6 +157,17 @@ def case_html(r: Result) -> str:
                      + "</details>")
     parts.append("</div>")
     return "\n".join(parts)
+
+
+def slowest_html(results: list[Result], n: int) -> str:
+    """'Slowest cases': the ``n`` slowest (0: all) with their costs per phase, and the
+    run's shares per phase (as in summary.md)."""
+    header, rows = slowest_cases(results, n)
+    parts = ["<h2>Slowest cases</h2>", f"<p>{esc(slowest_intro(results, n))}</p>"]
+    shares = time_shares_line(results)
+    if shares:
+        parts.append(f"<p>Where the run's time went: {esc(shares)}</p>")
+    return "\n".join([*parts, table(header, rows, numeric_from=2)])
 
 
 def timing_html(bench: dict[str, Any]) -> str:
@@ -198,7 +216,9 @@ def timing_html(bench: dict[str, Any]) -> str:
 
 
 def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[str],
-                bench: dict[str, Any] | None = None, complete: bool = True) -> str:
+                bench: dict[str, Any] | None = None, incomplete: str | None = None) -> str:
+    """The self-contained report; ``incomplete`` (why the run holds only its finished
+    cases) puts a banner at the top."""
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
              "<title>ddp-conformance report</title>", f"<style>{CSS}</style></head><body>",
              "<h1>ddp-conformance report</h1>"]
@@ -206,8 +226,9 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
         sections: list[dict[str, Any]] = [bench.get("timing") or {},
                                           *(bench.get("experiments") or {}).values()]
         info = next((s["info"] for s in sections if s.get("info")), {})
-    if not complete:
-        parts.append('<p class="note">The run did not finish: these are the cases it completed.</p>')
+    if incomplete is not None:
+        parts.append(f'<p class="incomplete"><b>Incomplete run</b>: {esc(incomplete)}; the '
+                     'verdicts below are the finished cases only.</p>')
     if info:
         parts.append(run_info_html(info))
     if results:
@@ -216,6 +237,7 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
             badge(v, f"{v} {n}") for v, n in sorted(counts.items(), key=lambda kv: list(COLOURS).index(kv[0])
                                                     if kv[0] in COLOURS else 99)) + "</p>")
         parts.append(matrix_html(results))
+        parts.append(slowest_html(results, slowest_count(info)))
         bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
         if bad:
             parts.append("<h2>Failures, errors and expectations</h2>")

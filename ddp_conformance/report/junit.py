@@ -20,13 +20,19 @@ def junit_detail(r: Result) -> str:
     return "\n".join(lines)
 
 
-def write_junit(path: str, results: list[Result]) -> None:
+def write_junit(path: str, results: list[Result], incomplete: str | None = None) -> None:
+    """One testsuite, one testcase per result; the counts are those of ``results``.
+    ``incomplete`` (why only the finished cases are there) becomes the suite's property
+    ``incomplete``."""
     counts = count_verdicts(results)
     suite = ET.Element("testsuite", name="ddp-conformance", tests=str(len(results)),
                        failures=str(counts["FAIL"]),
                        errors=str(counts["ERROR"] + counts["TIMEOUT"] + counts["CRASH"]),
                        skipped=str(counts["N/A"] + counts["XFAIL"]),
                        time=f"{sum(r.duration_s for r in results):.3f}")
+    if incomplete is not None:
+        properties = ET.SubElement(suite, "properties")
+        ET.SubElement(properties, "property", name="incomplete", value=incomplete)
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=r.scenario.split("/")[0],
                              name=r.case_id, time=f"{r.duration_s:.3f}")

@@ -14,14 +14,26 @@ RESULTS_FILE = "results.jsonl"
 BENCH_FILE = "bench.json"
 
 
+#: Why a results file without its end line is incomplete (the run was killed outright).
+NO_END_RECORD = "the run ended without its end record"
+
+
 @dataclass
 class RunData:
-    """One run: its info line, its results, and the end line's notes (if it got there)."""
+    """One run: its info line, its results, and the end line's notes (if it got there).
+
+    ``incomplete``: why the results are only the cases finished (the end line's reason,
+    or :data:`NO_END_RECORD`); None for a complete run.
+    """
 
     info: dict[str, Any]
     results: list[Result]
     notes: list[str] = field(default_factory=list)
-    complete: bool = True
+    incomplete: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.incomplete is None
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -46,6 +58,8 @@ def result_from_json(data: dict[str, Any]) -> Result:
         tracebacks=ranks(data.get("tracebacks")), stacks=ranks(data.get("stacks")),
         exit_codes=ranks(data.get("exit_codes")), expectation=data.get("expectation"),
         checks_run=data.get("checks_run", []),
+        costs={str(k): float(v) for k, v in (data.get("costs") or {}).items()},
+        desync=data.get("desync", ""),
         **_known(Result, {"notes": data.get("notes", [])}))
 
 
@@ -68,7 +82,7 @@ def load_results(path: str) -> RunData:
     info: dict[str, Any] | None = None
     results: dict[tuple[str, str], Result] = {}
     notes: list[str] = []
-    complete = False
+    incomplete: str | None = NO_END_RECORD
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -86,10 +100,10 @@ def load_results(path: str) -> RunData:
             results[(r.scenario, r.candidate)] = r
         elif kind == "end":
             notes = list(obj.get("notes", []))
-            complete = True
+            incomplete = obj.get("incomplete") or None
     if info is None:
         raise UsageError(f"{file}: no run line: not a ddp-conformance results file")
-    return RunData(info, list(results.values()), notes, complete)
+    return RunData(info, list(results.values()), notes, incomplete)
 
 
 def load_bench(path: str) -> dict[str, Any] | None:

@@ -13,6 +13,10 @@ from .common import (
     counts_line,
     divergence_row,
     divergences,
+    slowest_cases,
+    slowest_count,
+    slowest_intro,
+    time_shares_line,
     verdict_matrix,
 )
 from .timing import timing_markdown
@@ -54,6 +58,8 @@ def case_markdown(r: Result) -> list[str]:
         for d in divs:
             for detail in d.details[:2]:
                 lines += [f"`{d.check}`:", "", "```", detail.rstrip(), "```", ""]
+    if r.desync:
+        lines += ["The ranks' collective streams:", "", "```", r.desync.rstrip(), "```", ""]
     for kind, texts in (("traceback", r.tracebacks), ("stack", r.stacks)):
         for rank, text in sorted(texts.items()):
             lines += [f"rank {rank} {kind}:", "", "```", _tail(text), "```", ""]
@@ -64,14 +70,37 @@ def case_markdown(r: Result) -> list[str]:
     return lines
 
 
+def slowest_markdown(results: list[Result], n: int) -> list[str]:
+    """'## Slowest cases': the ``n`` slowest (0: all) with their costs per phase, and the
+    run's shares per phase (none for results written before costs were measured)."""
+    header, rows = slowest_cases(results, n)
+    lines = ["## Slowest cases", "", slowest_intro(results, n), ""]
+    shares = time_shares_line(results)
+    if shares:
+        lines += [f"Where the run's time went: {shares}", ""]
+    align = ("left", "left", *("right",) * (len(header) - 2))
+    return lines + [tabulate(rows, header, tablefmt="github", disable_numparse=True,
+                             colalign=align), ""]
+
+
+def incomplete_line(incomplete: str) -> str:
+    """The line an interrupted run's summary starts with."""
+    return (f"**Incomplete run**: {incomplete}; the verdicts below are the finished cases "
+            "only.")
+
+
 def markdown_summary(info: dict[str, Any], results: list[Result], notes: list[str],
-                     bench: dict[str, Any] | None = None) -> str:
+                     bench: dict[str, Any] | None = None, incomplete: str | None = None) -> str:
+    """The summary; ``incomplete`` (why only the finished cases are there) is said first."""
     lines = ["# ddp-conformance summary", ""]
+    if incomplete is not None:
+        lines += [incomplete_line(incomplete), ""]
     lines += [line + "  " for line in run_header(info)] + [""]
     if results:
         lines += ["Verdicts: " + counts_line(count_verdicts(results)), ""]
         header, rows = verdict_matrix(results)
         lines += [tabulate(rows, header, tablefmt="github"), ""]
+        lines += slowest_markdown(results, slowest_count(info))
     bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
     na = [r for r in results if r.verdict is Verdict.NA]
     if bad:

@@ -3,7 +3,9 @@
 ``results.jsonl`` is written line by line and flushed after every case, so nothing is lost
 if the run dies: the first line is the run information (with the git state of this
 project and of each candidate's package), each further line one case with its verdict,
-failures and per-step per-parameter error figures, the last line the counts and notes.
+failures and per-step per-parameter error figures, the last line the counts and notes
+(and ``incomplete``: why, when the run was interrupted; a file without its end line is
+read back as incomplete too).
 At the end the report set is rendered from it (:mod:`ddp_conformance.report`):
 ``summary.md``, ``junit.xml`` and the self-contained ``report.html``;
 ``ddp-conformance report DIR`` renders them again from the files.
@@ -71,9 +73,16 @@ class ResultsWriter:
         self.results.append(result)
         self._write({"type": "result", **result.to_json()})
 
-    def close(self, notes: list[str] | None = None) -> None:
-        self._write({"type": "end", "counts": dict(count_verdicts(self.results)),
-                     "notes": notes or []})
+    def close(self, notes: list[str] | None = None, incomplete: str | None = None) -> None:
+        """Write the end line and render the report set; ``incomplete``: why the run holds
+        only the cases finished so far (e.g. "interrupted by SIGTERM after 12 of 128
+        cases"), None for a complete run."""
+        end: dict[str, Any] = {"type": "end", "counts": dict(count_verdicts(self.results)),
+                               "notes": notes or []}
+        if incomplete is not None:
+            end["incomplete"] = incomplete
+        self._write(end)
         self._stream.close()
         # Timing results already in the directory (ddp-conformance bench) stay in the report.
-        render(self.directory, self.info, self.results, notes or [], load_bench(self.directory))
+        render(self.directory, self.info, self.results, notes or [], load_bench(self.directory),
+               incomplete=incomplete)

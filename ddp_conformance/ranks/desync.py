@@ -1,0 +1,211 @@
+"""Diagnosing a hang from the ranks' collective streams: a desync ends a case in seconds.
+
+A collective completes only when every rank of its group issues a matching one (same kind,
+dtype and element count at the same sequence number of the group: Gloo and NCCL pair
+collectives by that order). So when every live rank of a job waits in collectives and
+none of them can ever complete — a peer issued something else at that sequence number, a
+peer finished the job, raised or died without issuing it, or a peer that has not issued
+it yet is itself stuck — nothing will move again, and waiting out the deadline only costs
+time. :func:`diagnose` decides that from the ranks' flight logs
+(:mod:`ddp_conformance.ranks.flight`) and says it as a :class:`Desync`: one line naming
+who waits in what and where the streams first differ, and the streams side by side.
+
+It is conservative by construction: a rank with no collective pending (it computes, or
+waits in something untraced), a pending collective every peer matched (it is only slow),
+a point-to-point operation (paired by tag, not by order) or a group whose members are
+unknown all mean "no diagnosis", and the case keeps its full deadline. The pool adds the
+time condition (nothing moved for a grace period, see ``DESYNC_QUIET_S`` in
+:mod:`ddp_conformance.ranks.pool`).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ddp_conformance.ranks.flight import POINT_TO_POINT, Launch, RankFlight
+
+#: How many collectives before the first difference the side-by-side view shows.
+CONTEXT_ROWS = 3
+#: How many rows after it, at most.
+AFTER_ROWS = 6
+
+
+@dataclass(frozen=True)
+class Desync:
+    """Why a job can never finish: ``summary`` (one line) and ``detail`` (the streams)."""
+
+    summary: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class _Stuck:
+    rank: int
+    launch: Launch
+    why: str
+
+
+def diagnose(flights: dict[int, RankFlight], live: Iterable[int], gone: dict[int, str],
+             untraced: dict[int, str] | None = None) -> Desync | None:
+    """A desync if every live rank waits in collectives none of which can complete.
+
+    ``flights``: every rank's collectives in the job so far. ``live``: the ranks that have
+    not answered. ``gone``: the ranks that have, with what they did ("finished the job",
+    "raised", "died"): they will issue nothing more. ``untraced``: live ranks with nothing
+    pending in the trace whose stack shows them waiting in a collective all the same (on a
+    group created outside the tracing backend), with where: they wait, and issue nothing
+    the others wait for. At least one traced collective must be stuck: the trace is the
+    evidence.
+    """
+    live = sorted(live)
+    untraced = untraced or {}
+    if not live:
+        return None
+    stuck: list[_Stuck] = []
+    for rank in live:
+        pending = flights[rank].pending()
+        if not pending:
+            if rank in untraced:
+                continue
+            return None  # computing, or waiting in something the trace does not see
+        for launch in pending:
+            why = _why_stuck(rank, launch, flights, set(live), gone, untraced)
+            if why is None:
+                return None  # this one can complete: the rank may move on
+            stuck.append(_Stuck(rank, launch, why))
+    if not stuck:
+        return None
+    return _describe(stuck, flights, gone, {r: w for r, w in untraced.items() if r in live})
+
+
+def _why_stuck(rank: int, launch: Launch, flights: dict[int, RankFlight], live: set[int],
+               gone: dict[int, str], untraced: dict[int, str]) -> str | None:
+    """Why ``launch`` (pending on ``rank``) can never complete; None if it still may."""
+    if launch.kind in POINT_TO_POINT:
+        return None
+    members = flights[rank].members.get(launch.group)
+    if not members:
+        return None
+    waits_for = []
+    for peer in members:
+        if peer == rank:
+            continue
+        if peer not in flights:
+            return None
+        theirs = flights[peer].at(launch.group, launch.seq)
+        if theirs is not None:
+            if not theirs.matches(launch):
+                return (f"rank {peer} issued {theirs.describe()} at #{launch.seq} "
+                        f"({theirs.where()})")
+            continue
+        if peer in gone:
+            return f"rank {peer} never issued #{launch.seq}: it {gone[peer]}"
+        if peer not in live:
+            return None
+        if peer in untraced:
+            return (f"rank {peer} never issued #{launch.seq}: it waits in a collective the "
+                    f"trace does not see, at {untraced[peer]}")
+        waits_for.append(peer)
+    if waits_for:
+        who = ", ".join(map(str, waits_for))
+        return f"rank {who} has not issued #{launch.seq} and waits in a collective itself"
+    return None
+
+
+def _describe(stuck: list[_Stuck], flights: dict[int, RankFlight], gone: dict[int, str],
+              untraced: dict[int, str]) -> Desync:
+    first_per_rank: dict[int, _Stuck] = {}
+    for s in stuck:
+        first_per_rank.setdefault(s.rank, s)
+    said = [f"rank {s.rank} waits in {s.launch.describe()} #{s.launch.seq} of group "
+            f"{s.launch.group} ({s.launch.where()})" for s in first_per_rank.values()]
+    said += [f"rank {r} waits in an untraced collective at {where}"
+             for r, where in sorted(untraced.items())]
+    # Who left is news; a peer's different collective is already in its own "waits in".
+    said += list(dict.fromkeys(s.why for s in first_per_rank.values()
+                               if "never issued" in s.why and "trace does not see" not in s.why))
+    groups = list(dict.fromkeys(s.launch.group for s in first_per_rank.values()))
+    differs = {g: first_difference(g, flights) for g in groups}
+    where = ", ".join(f"#{differs[g]} of group {g}" for g in groups if differs[g])
+    if where:
+        said.append(f"the streams differ first at {where}")
+    summary = "desync: " + "; ".join(said)
+    gone_note = [f"rank {r} {what}" for r, what in sorted(gone.items())]
+    detail = "\n\n".join(
+        streams(g, flights, differs[g] or min(s.launch.seq for s in stuck if s.launch.group == g),
+                gone) for g in groups)
+    if gone_note:
+        detail += "\n\n" + "; ".join(gone_note) + " (issues nothing more)"
+    return Desync(summary, detail)
+
+
+def mismatch(flights: dict[int, RankFlight]) -> Desync | None:
+    """Where two ranks issued different collectives at the same sequence number of a group
+    (whatever else happened): the evidence behind a rank that died or raised inside Gloo
+    (mismatched collectives on one Gloo group abort the process)."""
+    for group in dict.fromkeys(g for f in flights.values() for g in f.groups):
+        members = _members(group, flights)
+        last = max((flights[m].last_seq(group) for m in members), default=0)
+        for seq in range(1, last + 1):
+            issued = [(m, c) for m in members if (c := flights[m].at(group, seq)) is not None]
+            if not issued:
+                continue
+            (m0, c0), *others = issued
+            differing = [(m, c) for m, c in others if not c.matches(c0)]
+            if differing:
+                m1, c1 = differing[0]
+                summary = (f"the collective streams differ at #{seq} of group {group}: rank "
+                           f"{m0} issued {c0.describe()} ({c0.where()}), rank {m1} issued "
+                           f"{c1.describe()} ({c1.where()})")
+                return Desync(summary, streams(group, flights, seq))
+    return None
+
+
+def first_difference(group: str, flights: dict[int, RankFlight]) -> int:
+    """The first sequence number where the group's members issued different collectives
+    (or some issued one and some not); 0 where their streams agree so far."""
+    members = _members(group, flights)
+    last = max((flights[m].last_seq(group) for m in members), default=0)
+    for seq in range(1, last + 1):
+        launches = [flights[m].at(group, seq) for m in members]
+        if any(c is None for c in launches):
+            return seq
+        first = launches[0]
+        assert first is not None
+        if not all(c is not None and c.matches(first) for c in launches[1:]):
+            return seq
+    return 0
+
+
+def streams(group: str, flights: dict[int, RankFlight], start: int,
+            gone: dict[int, str] | None = None) -> str:
+    """The group's members' collective streams side by side, from a little before
+    ``start``; ``>>`` marks ``start``, ``[waits]`` a collective still pending."""
+    members = _members(group, flights)
+    gone = gone or {}
+    last = max((flights[m].last_seq(group) for m in members), default=0)
+    lo, hi = max(1, start - CONTEXT_ROWS), min(last, start + AFTER_ROWS)
+    header = [f"rank {m}" + (f" ({gone[m]})" if m in gone else "") for m in members]
+    table = [header]
+    for seq in range(lo, hi + 1):
+        cells = []
+        for m in members:
+            c = flights[m].at(group, seq)
+            cells.append("(nothing)" if c is None else
+                         f"{c.describe()} {c.where()}" + ("" if c.done else " [waits]"))
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table) for i in range(len(members))]
+    lines = [f"group {group} (ranks {', '.join(map(str, members))}), "
+             f"collectives #{lo}-#{hi} of {last}:"]
+    for i, row in enumerate(table):
+        mark = "      " if i == 0 else (">>" if lo + i - 1 == start else "  ") + f"{lo + i - 1:>4}"
+        text = " | ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=True))
+        lines.append(f"{mark}  {text}".rstrip())
+    return "\n".join(lines)
+
+
+def _members(group: str, flights: dict[int, RankFlight]) -> list[int]:
+    for flight in flights.values():
+        if group in flight.members:
+            return [m for m in flight.members[group] if m in flights]
+    return sorted(r for r, f in flights.items() if group in f.groups)

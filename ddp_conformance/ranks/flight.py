@@ -1,0 +1,200 @@
+"""The flight recorder: each rank's collectives as they are launched and completed, streamed
+to the parent while the job runs (torch's NCCL flight recorder keeps the same ring of
+collectives per rank, for the same purpose: to say who waits in what when a job hangs).
+
+Rank side, :class:`FlightRecorder` appends one short line per event to a file of the
+rank process's own (``O_APPEND``: one ``write`` per line, so lines from the rank's main
+thread and from the backend's threads, where completions are stamped, never interleave)::
+
+    G <group> <rank,rank,...>                                  a traced group exists
+    L <id> <group> <seq> <kind> <dtype> <numel> <stage> <step> <microbatch>   launched
+    D <id> <0|1>                                               completed (1: with an error)
+
+``seq`` counts the collectives of one group on this rank from 1: the ranks of a group
+must issue the same collective at the same ``seq`` (Gloo pairs them by that order too).
+
+Parent side, :class:`FlightLog` reads what a rank appended since the job began into a
+:class:`RankFlight`: per group, the collectives in ``seq`` order, and which are pending.
+The diagnosis of a hang from them is :mod:`ddp_conformance.ranks.desync`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Point-to-point operations pair by tag, not by a group's order: never judged by ``seq``.
+POINT_TO_POINT = frozenset({"send", "recv"})
+#: Collectives whose element count may differ across ranks (uneven splits).
+UNEVEN = frozenset({"alltoall", "alltoall_base"})
+
+
+class FlightRecorder:
+    """Rank side: appends the events of this rank's traced collectives to ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._next_id = 0
+        self._pending: set[int] = set()
+        self._lock = threading.Lock()
+
+    def _write(self, line: str) -> None:
+        try:
+            os.write(self._fd, line.encode())
+        except OSError:
+            pass  # the parent's directory is gone: the run is ending anyway
+
+    def group(self, key: str, ranks: tuple[int, ...]) -> None:
+        self._write(f"G {key} {','.join(map(str, ranks))}\n")
+
+    def launched(self, group: str, seq: int, kind: str, dtype: str, numel: int, stage: str,
+                 step: int, microbatch: int, work: Any) -> None:
+        """Log a collective just launched, and stamp its completion when ``work`` completes.
+
+        A work without a future is logged as completed at once: the recorder never claims a
+        rank waits where it cannot see the end of the wait.
+        """
+        with self._lock:
+            ident = self._next_id
+            self._next_id += 1
+            self._pending.add(ident)
+        self._write(f"L {ident} {group} {seq} {kind} {dtype} {numel} {stage} {step} "
+                    f"{microbatch}\n")
+        try:
+            future = work.get_future()
+        except (RuntimeError, AttributeError):
+            self._completed(ident, False)
+            return
+
+        def done(fut: Any) -> None:
+            error = False
+            try:
+                fut.value()
+            except Exception:  # noqa: BLE001 - the work failed: completed with an error
+                error = True
+            self._completed(ident, error)
+
+        future.add_done_callback(done)
+
+    def _completed(self, ident: int, error: bool) -> None:
+        with self._lock:
+            self._pending.discard(ident)
+        self._write(f"D {ident} {int(error)}\n")
+
+    def pending(self) -> int:
+        """How many collectives this rank launched that have not completed."""
+        with self._lock:
+            return len(self._pending)
+
+
+@dataclass
+class Launch:
+    """One collective a rank launched, as the parent read it."""
+
+    ident: int
+    group: str
+    seq: int
+    kind: str
+    dtype: str
+    numel: int
+    stage: str
+    step: int
+    microbatch: int
+    done: bool = False
+    error: bool = False
+
+    def matches(self, other: Launch) -> bool:
+        """Whether two ranks' collectives at the same ``seq`` of a group can pair up."""
+        if (self.kind, self.dtype) != (other.kind, other.dtype):
+            return False
+        return self.kind in UNEVEN or self.numel == other.numel
+
+    def describe(self) -> str:
+        """``allreduce(310 x float32)``."""
+        return f"{self.kind}({self.numel} x {self.dtype})"
+
+    def where(self) -> str:
+        """Where the rank was: ``step 1, microbatch 0, backward``; ``wrap``."""
+        if self.step < 0:
+            return self.stage
+        mb = f", microbatch {self.microbatch}" if self.microbatch >= 0 else ""
+        return f"step {self.step}{mb}, {self.stage}"
+
+
+@dataclass
+class RankFlight:
+    """One rank's collectives in the current job, per group in ``seq`` order."""
+
+    launches: dict[int, Launch] = field(default_factory=dict)
+    #: group id -> seq -> the collective this rank issued there.
+    groups: dict[str, dict[int, Launch]] = field(default_factory=dict)
+    #: group id -> the group's global ranks.
+    members: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def feed(self, line: str) -> None:
+        parts = line.split()
+        if not parts:
+            return
+        if parts[0] == "G" and len(parts) == 3:
+            self.members[parts[1]] = tuple(int(r) for r in parts[2].split(",") if r)
+        elif parts[0] == "L" and len(parts) == 10:
+            launch = Launch(int(parts[1]), parts[2], int(parts[3]), parts[4], parts[5],
+                            int(parts[6]), parts[7], int(parts[8]), int(parts[9]))
+            self.launches[launch.ident] = launch
+            self.groups.setdefault(launch.group, {})[launch.seq] = launch
+        elif parts[0] == "D" and len(parts) == 3:
+            launch_done = self.launches.get(int(parts[1]))
+            if launch_done is not None:  # else: a late completion of the previous job
+                launch_done.done, launch_done.error = True, parts[2] == "1"
+
+    def pending(self) -> list[Launch]:
+        """The collectives launched and not completed, in launch order."""
+        return [c for c in self.launches.values() if not c.done]
+
+    def at(self, group: str, seq: int) -> Launch | None:
+        """The collective this rank issued at ``seq`` of ``group`` (None: not yet)."""
+        return self.groups.get(group, {}).get(seq)
+
+    def last_seq(self, group: str) -> int:
+        return max(self.groups.get(group, {}), default=0)
+
+
+class FlightLog:
+    """Parent side: what one rank process appended to its flight file since :meth:`begin`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+        self.flight = RankFlight()
+
+    def begin(self) -> None:
+        """A job starts now: forget the previous one's collectives."""
+        self._offset = _size(self.path)
+        self._partial = b""
+        self.flight = RankFlight()
+
+    def read(self) -> bool:
+        """Take in every complete line appended since the last read; True if any."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return False
+        if not data:
+            return False
+        self._offset += len(data)
+        data = self._partial + data
+        *lines, self._partial = data.split(b"\n")
+        for line in lines:
+            self.flight.feed(line.decode(errors="replace"))
+        return bool(lines)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -1,0 +1,110 @@
+"""The parent's watch over a running job: is it hung for good? (a flight recorder's reader)
+
+While a job runs, the pool polls a :class:`JobWatch` every :data:`POLL_S`. The watch
+reads what each rank's flight recorder appended (:mod:`ddp_conformance.ranks.flight`) and
+how much CPU each rank process used, and reports a desync
+(:func:`~ddp_conformance.ranks.desync.diagnose`) only when, in addition to the structural
+condition, nothing has moved for :data:`DESYNC_QUIET_S`: no rank launched or completed a
+collective, none answered, and none used more than :data:`IDLE_CPU_S` of CPU.
+
+Why the time condition, and why these figures. The structural condition alone is final
+when a peer issued a different collective at the same sequence number, or left the job:
+no later event can change that. It is not final when it rests on a peer that has not
+issued the collective yet and has an unmatched asynchronous collective of its own pending:
+that peer may still be computing towards the one the others wait for (two groups used in
+different orders, say). Such a peer burns CPU or launches collectives; a rank blocked in a
+collective does neither (Gloo's and NCCL's waits sleep in the kernel: a blocked rank was
+measured here at 0-10 ms of CPU per second, where a computing one uses 1 s per second per
+thread). One second of quiet is over ten scheduler time slices, so a rank that is runnable
+but starved by a loaded machine still shows CPU time within it; and the whole diagnosis
+then costs about one second, where the deadline it replaces is 60 s by default. Without
+``/proc`` (not Linux) the CPU condition is unknown and the quiet period is tripled.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from ddp_conformance.ranks.desync import Desync, diagnose
+from ddp_conformance.ranks.flight import FlightLog, RankFlight
+from ddp_conformance.ranks.stacks import in_collective
+
+#: How often the pool looks at a running job that has not answered.
+POLL_S = 0.1
+#: How long nothing may move before a structurally hung job is declared desynced.
+DESYNC_QUIET_S = 1.0
+#: CPU a rank may use during the quiet period and still count as waiting (10 ms ticks).
+IDLE_CPU_S = 0.05
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of process ``pid`` (all its threads); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+
+
+class JobWatch:
+    """Watches one job on the ranks; :meth:`poll` says when it can never finish.
+
+    ``stacks(ranks)``: the Python stacks of live ranks, asked for only once a quiet period
+    has passed with some rank waiting outside the trace: whether that rank waits in an
+    untraced collective (a group created with an explicit backend name) is read from its
+    stack (:func:`~ddp_conformance.ranks.stacks.in_collective`).
+    """
+
+    def __init__(self, logs: dict[int, FlightLog], pids: dict[int, int],
+                 stacks: Callable[[list[int]], dict[int, str]] | None = None) -> None:
+        self.logs = logs
+        self.pids = pids
+        self.stacks = stacks
+        self._untraced: dict[int, str] | None = None
+        for log in logs.values():
+            log.begin()
+        self._live: set[int] | None = None
+        self._quiet_since = time.monotonic()
+        self._cpu_mark: dict[int, float | None] = {}
+
+    def flights(self) -> dict[int, RankFlight]:
+        return {rank: log.flight for rank, log in self.logs.items()}
+
+    def read(self) -> bool:
+        """Take in what every rank appended; True if anything moved."""
+        return any([log.read() for log in self.logs.values()])
+
+    def poll(self, live: set[int], gone: dict[int, str], now: float) -> Desync | None:
+        """A desync once ``live`` ranks are structurally hung and quiet for the grace."""
+        if self.read() or live != self._live:
+            self._restart_quiet(live, now)
+            return None
+        quiet = DESYNC_QUIET_S
+        cpu = {r: cpu_seconds(self.pids[r]) for r in live}
+        if any(v is None for v in cpu.values()):
+            quiet *= 3
+        if now - self._quiet_since < quiet:
+            return None
+        if any(v is not None and (mark := self._cpu_mark.get(r)) is not None
+               and v - mark > IDLE_CPU_S for r, v in cpu.items()):
+            self._restart_quiet(live, now)  # a rank computes: it may still get there
+            return None
+        flights = self.flights()
+        found = diagnose(flights, live, gone)
+        if found is not None or self.stacks is None:
+            return found
+        if self._untraced is None:  # once per quiet period: a dump is not free
+            outside = [r for r in sorted(live) if not flights[r].pending()]
+            where = {r: in_collective(stack) for r, stack in self.stacks(outside).items()}
+            self._untraced = {r: w for r, w in where.items() if w is not None}
+        return diagnose(flights, live, gone, self._untraced) if self._untraced else None
+
+    def _restart_quiet(self, live: set[int], now: float) -> None:
+        self._untraced = None
+        self._live = set(live)
+        self._quiet_since = now
+        self._cpu_mark = {r: cpu_seconds(self.pids[r]) for r in live}
