@@ -99,7 +99,8 @@ class JobWatch:
             return found
         if self._untraced is None:  # once per quiet period: a dump is not free
             outside = [r for r in sorted(live) if not flights[r].pending()]
-            where = {r: in_collective(stack) for r, stack in self.stacks(outside).items()}
+            where = {r: in_collective(stack)
+                     for r, stack in (self.stacks(outside) if outside else {}).items()}
             self._untraced = {r: w for r, w in where.items() if w is not None}
         return diagnose(flights, live, gone, self._untraced) if self._untraced else None
 

@@ -1,0 +1,229 @@
+"""The flight recorder without processes: the rank-side writer, the line format, the
+parent-side incremental reader (ddp_conformance.ranks.flight)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ddp_conformance.ranks.desync import diagnose
+from ddp_conformance.ranks.flight import FlightLog, FlightRecorder, Launch, RankFlight
+
+LAUNCH_0 = "L 0 g 1 allreduce float32 10 backward 1 0"
+
+
+def fed(*lines: str) -> RankFlight:
+    flight = RankFlight()
+    for line in lines:
+        flight.feed(line)
+    return flight
+
+
+class FakeWork:
+    """A c10d work whose completion the test decides (through its future)."""
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+    def get_future(self) -> Any:
+        return self.future
+
+
+class NoFutureWork:
+    """A work whose backend does not support futures (c10d raises RuntimeError)."""
+
+    def get_future(self) -> Any:
+        raise RuntimeError("ProcessGroup::Work::getFuture not implemented")
+
+
+# -- RankFlight: the line format ----------------------------------------------------------
+
+
+def test_feed_parses_group_and_launch_lines() -> None:
+    flight = fed("G g 0,1,3", LAUNCH_0, "L 1 g 2 broadcast int64 7 forward 2 -1")
+    assert flight.members == {"g": (0, 1, 3)}
+    assert flight.at("g", 1) == Launch(0, "g", 1, "allreduce", "float32", 10, "backward", 1, 0)
+    assert flight.at("g", 2) == Launch(1, "g", 2, "broadcast", "int64", 7, "forward", 2, -1)
+    assert flight.at("g", 3) is None and flight.at("h", 1) is None
+    assert flight.last_seq("g") == 2 and flight.last_seq("h") == 0
+    assert [c.ident for c in flight.pending()] == [0, 1]
+
+
+def test_completion_line_marks_done_and_error() -> None:
+    flight = fed("G g 0,1", LAUNCH_0, "L 1 g 2 allreduce float32 10 backward 1 0")
+    flight.feed("D 0 0")
+    assert [c.ident for c in flight.pending()] == [1]
+    assert flight.launches[0].done and not flight.launches[0].error
+    flight.feed("D 1 1")
+    assert flight.pending() == []
+    assert flight.launches[1].done and flight.launches[1].error
+
+
+def test_completion_of_unknown_id_is_ignored() -> None:
+    """A late completion of the previous job's collective (its id was never read)."""
+    flight = fed("G g 0,1", LAUNCH_0, "D 7 0")
+    assert list(flight.launches) == [0]
+    assert [c.ident for c in flight.pending()] == [0]
+
+
+def test_blank_and_short_lines_are_ignored() -> None:
+    flight = fed("", "   ", "L 0 g 1 allreduce", "D 0", "G g", "X 1 2 3")
+    assert flight.launches == {} and flight.members == {} and flight.groups == {}
+
+
+def test_launch_describe_and_where() -> None:
+    launch = Launch(0, "g", 1, "allreduce", "float32", 310, "backward", 1, 0)
+    assert launch.describe() == "allreduce(310 x float32)"
+    assert launch.where() == "step 1, microbatch 0, backward"
+    assert Launch(0, "g", 1, "broadcast", "float32", 3, "forward", 2, -1).where() \
+        == "step 2, forward"
+    assert Launch(0, "g", 1, "broadcast", "float32", 3, "wrap", -1, -1).where() == "wrap"
+
+
+def test_launch_matches() -> None:
+    base = Launch(0, "g", 1, "allreduce", "float32", 10, "backward", 1, 0)
+    assert base.matches(Launch(5, "g", 1, "allreduce", "float32", 10, "forward", 3, 2))
+    assert not base.matches(Launch(5, "g", 1, "broadcast", "float32", 10, "backward", 1, 0))
+    assert not base.matches(Launch(5, "g", 1, "allreduce", "float16", 10, "backward", 1, 0))
+    assert not base.matches(Launch(5, "g", 1, "allreduce", "float32", 11, "backward", 1, 0))
+    a2a = Launch(0, "g", 1, "alltoall_base", "float32", 4, "backward", 1, 0)
+    assert a2a.matches(Launch(1, "g", 1, "alltoall_base", "float32", 6, "backward", 1, 0))
+    assert not a2a.matches(Launch(1, "g", 1, "alltoall_base", "int64", 4, "backward", 1, 0))
+
+
+# -- FlightLog: the parent's incremental reader -------------------------------------------
+
+
+def test_flight_log_reads_incrementally(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.flight"
+    log = FlightLog(str(path))
+    assert log.read() is False  # no file yet
+    with open(path, "a") as f:
+        f.write(f"G g 0,1\n{LAUNCH_0}\n")
+    assert log.read() is True
+    assert [c.ident for c in log.flight.pending()] == [0]
+    assert log.read() is False  # nothing new
+    with open(path, "a") as f:
+        f.write("D 0 0\n")
+    assert log.read() is True
+    assert log.flight.pending() == [] and log.flight.launches[0].done
+
+
+def test_flight_log_line_split_across_reads(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.flight"
+    log = FlightLog(str(path))
+    with open(path, "a") as f:
+        f.write("G g 0,1\nL 0 g 1 allre")
+    assert log.read() is True  # the G line is whole
+    assert log.flight.members == {"g": (0, 1)} and log.flight.launches == {}
+    with open(path, "a") as f:
+        f.write("duce float32 ")
+    assert log.read() is False  # still no whole line
+    assert log.flight.launches == {}
+    with open(path, "a") as f:
+        f.write("10 backward 1 0\n")
+    assert log.read() is True
+    assert log.flight.launches == {
+        0: Launch(0, "g", 1, "allreduce", "float32", 10, "backward", 1, 0)}
+    assert log.read() is False
+
+
+def test_flight_log_begin_forgets_previous_job(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.flight"
+    log = FlightLog(str(path))
+    with open(path, "a") as f:
+        f.write(f"G g 0,1\n{LAUNCH_0}\n")
+    log.read()
+    with open(path, "a") as f:  # the previous job's, half read
+        f.write("L 1 g 2 broad")
+    assert log.read() is False
+    with open(path, "a") as f:  # the previous job's, never read
+        f.write("cast float32 10 backward 1 0\nL 2 g 3 broadcast float32 10 backward 1 0\n")
+    log.begin()
+    assert log.flight.launches == {} and log.flight.members == {}
+    assert log.read() is False  # what was there before begin() is not this job's
+    with open(path, "a") as f:
+        f.write("G h 0,1\nD 0 0\nL 3 h 1 allgather float32 4 forward 0 0\n")
+    assert log.read() is True
+    assert list(log.flight.launches) == [3]  # the late D of id 0 is ignored
+    assert log.flight.members == {"h": (0, 1)}
+    assert [c.ident for c in log.flight.pending()] == [3]
+
+
+# -- FlightRecorder: the rank side, end to end --------------------------------------------
+
+
+def test_recorder_lines_and_completions(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.flight"
+    rec = FlightRecorder(str(path))
+    rec.group("g", (0, 1))
+    ok: torch.futures.Future = torch.futures.Future()
+    rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, FakeWork(ok))
+    assert rec.pending() == 1
+    assert path.read_text() == f"G g 0,1\n{LAUNCH_0}\n"
+    ok.set_result(None)
+    assert rec.pending() == 0
+    assert path.read_text().endswith(f"{LAUNCH_0}\nD 0 0\n")
+
+    failed: torch.futures.Future = torch.futures.Future()
+    rec.launched("g", 2, "broadcast", "int64", 3, "forward", 2, -1, FakeWork(failed))
+    assert rec.pending() == 1
+    failed.set_exception(RuntimeError("peer closed the connection"))
+    assert rec.pending() == 0
+    assert path.read_text().endswith("L 1 g 2 broadcast int64 3 forward 2 -1\nD 1 1\n")
+
+
+def test_recorder_work_without_future_completes_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.flight"
+    rec = FlightRecorder(str(path))
+    rec.launched("g", 1, "barrier", "-", 0, "wrap", -1, -1, object())  # AttributeError
+    assert rec.pending() == 0
+    rec.launched("g", 2, "barrier", "-", 0, "wrap", -1, -1, NoFutureWork())  # RuntimeError
+    assert rec.pending() == 0
+    assert path.read_text() == ("L 0 g 1 barrier - 0 wrap -1 -1\nD 0 0\n"
+                                "L 1 g 2 barrier - 0 wrap -1 -1\nD 1 0\n")
+    flight = fed(*path.read_text().splitlines())
+    assert flight.pending() == [] and flight.at("g", 2).kind == "barrier"
+
+
+def test_recorder_already_completed_future(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.flight"
+    rec = FlightRecorder(str(path))
+    done: torch.futures.Future = torch.futures.Future()
+    done.set_result(None)
+    rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, FakeWork(done))
+    assert rec.pending() == 0
+    assert path.read_text() == f"{LAUNCH_0}\nD 0 0\n"
+
+
+def test_recorder_to_flight_log_to_diagnosis(tmp_path: Path) -> None:
+    """Two ranks' recorders, read by the parent: rank 0 waits in an allreduce at #2 where
+    rank 1 issued a broadcast; once both complete, nothing is stuck."""
+    recorders = {r: FlightRecorder(str(tmp_path / f"rank{r}.flight")) for r in (0, 1)}
+    logs = {r: FlightLog(str(tmp_path / f"rank{r}.flight")) for r in (0, 1)}
+    for log in logs.values():
+        log.begin()
+    futures = {}
+    for rank, rec in recorders.items():
+        rec.group("g", (0, 1))
+        first: torch.futures.Future = torch.futures.Future()
+        rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, FakeWork(first))
+        first.set_result(None)
+        futures[rank] = torch.futures.Future()
+        kind = "allreduce" if rank == 0 else "broadcast"
+        rec.launched("g", 2, kind, "float32", 10, "backward", 1, 1, FakeWork(futures[rank]))
+    assert all(log.read() for log in logs.values())
+    flights = {r: log.flight for r, log in logs.items()}
+    assert [c.seq for c in flights[0].pending()] == [2]
+    found = diagnose(flights, {0, 1}, {})
+    assert found is not None
+    assert found.summary == (
+        "desync: rank 0 waits in allreduce(10 x float32) #2 of group g "
+        "(step 1, microbatch 1, backward); rank 1 waits in broadcast(10 x float32) #2 of "
+        "group g (step 1, microbatch 1, backward); the streams differ first at #2 of group g")
+    for fut in futures.values():
+        fut.set_result(None)
+    assert all(log.read() for log in logs.values())
+    assert all(f.pending() == [] for f in flights.values())
+    assert diagnose(flights, {0, 1}, {}) is None
