@@ -36,6 +36,17 @@ def hang_on_rank0(rank: int, world_size: int) -> None:
     dist.all_reduce(torch.ones(1))
 
 
+LEAKED: list[object] = []
+
+
+def leak_and_raise_on_rank1(rank: int, world_size: int) -> None:
+    """Rank 1 leaks its group (as a candidate that keeps itself alive does) and raises."""
+    if rank == 1:
+        LEAKED.append(dist.group.WORLD)
+        raise ValueError("rank 1 fails on purpose")
+    dist.all_reduce(torch.ones(1))
+
+
 def raise_everywhere(rank: int, world_size: int) -> None:
     raise ValueError(f"rank {rank} fails on purpose")
 
@@ -89,16 +100,27 @@ def test_pool_is_reused_and_each_job_starts_clean() -> None:
 
 def test_a_raising_rank_is_reported_and_its_peer_released_promptly() -> None:
     with RankPool(2) as pool:
-        started = time.monotonic()
+        pool.start()
         out = call(pool, "raise_on_rank1")
-        elapsed = time.monotonic() - started
         assert out.status == "raised"
         assert "rank 1 fails on purpose" in out.tracebacks[1]
         assert out.released == {0}, "rank 0's failure is only the echo of rank 1's"
-        assert elapsed < 5.0, f"peer not released promptly ({elapsed:.1f}s)"
-        survivor = pool.pids()[0]
+        assert out.elapsed_s < 5.0, f"peer not released promptly ({out.elapsed_s:.1f}s)"
+        pids = pool.pids()
         assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
-        assert pool.pids()[0] == survivor, "the released peer stays in the pool"
+        assert pool.pids() == pids, "both stay: rank 1 let its group go, rank 0 was released"
+
+
+def test_a_raising_rank_that_cannot_let_go_leaves_and_releases_its_peer() -> None:
+    with RankPool(2) as pool:
+        pool.start()
+        pids = pool.pids()
+        out = call(pool, "leak_and_raise_on_rank1")
+        assert out.status == "raised" and out.released == {0}
+        assert out.elapsed_s < 5.0, f"peer not released promptly ({out.elapsed_s:.1f}s)"
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+        now = pool.pids()
+        assert now[0] == pids[0] and now[1] != pids[1], "rank 1 was replaced, rank 0 stayed"
 
 
 def test_ranks_that_all_raise_stay_in_the_pool() -> None:

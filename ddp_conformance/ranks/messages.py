@@ -1,7 +1,8 @@
 """What the parent asks of the ranks, and what they answer: typed messages.
 
 The parent sends :class:`RunJob` (or :class:`Exit`); a rank answers :class:`Ready` once
-started, and :class:`Done` or :class:`Raised` per job. The rank pool carries them over a
+started, and :class:`Done` or :class:`Raised` per job. A rank that raised and stayed may be
+sent :class:`Release` (peers wait on it) and answers :class:`Released`. The rank pool carries them over a
 private socket pair, torchrun mode through torchrun's TCP store; both pickle them with
 the standard pickle (``send_bytes``), never through torch's shared-memory reductions: a
 record's tensors are copied, so nothing ties a rank's memory to the parent.
@@ -46,6 +47,20 @@ class RunJob:
 @dataclass(frozen=True)
 class Exit:
     """Parent to rank: leave (between jobs)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """Parent to a rank that raised and stayed: peers wait in a collective on you; let the
+    job's groups go (closing their connections), or leave if you cannot."""
+
+
+@dataclass(frozen=True)
+class Released:
+    """Rank to parent, after :class:`Release`: ``stays`` False when it leaves the pool."""
+
+    rank: int
+    stays: bool
 
 
 @dataclass(frozen=True)

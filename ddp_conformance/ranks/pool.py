@@ -12,15 +12,15 @@ socket pair, and keeps logs, stack files and flight logs in a private temporary 
 Every wait has a deadline. :meth:`RankPool.run` ends in one of four ways:
 
 - ``done``: every rank answered;
-- ``raised``: some rank raised. A rank with no collective of its own in flight lets the
-  job's groups go, which closes their connections and so releases peers blocked in a
-  collective with it at once, and stays in the pool (:meth:`RankRuntime.release
-  <ddp_conformance.ranks.runtime.RankRuntime.release>`); a rank with work in flight, or
-  whose groups something still holds (a candidate that leaks itself), leaves instead: its
-  exit closes the connections (Gloo's ``abort`` and ``shutdown`` do not, measured on torch
-  2.13). Peers released that way only echo the failure, report it, and stay. Peers still
-  waiting :data:`RAISE_GRACE_S` after the raise (in a group outside the trace) are released
-  by telling the ranks that raised to leave;
+- ``raised``: some rank raised. A rank with no collective of its own in flight cleans up
+  and stays in the pool; one with work in flight leaves (its exit closes its connections).
+  When peers still wait in a collective on a rank that stayed (the flight logs show it at
+  once; or :data:`RAISE_GRACE_S` passed), it is sent :class:`Release`: it lets the job's
+  groups go, which closes their connections and so releases the peers, and stays
+  (:meth:`RankRuntime.release <ddp_conformance.ranks.runtime.RankRuntime.release>`); or,
+  when something still holds a group (a candidate that leaks itself), it leaves, its exit
+  closing them (Gloo's ``abort`` and ``shutdown`` do not, measured on torch 2.13). Peers
+  released that way only echo the failure, report it, and stay;
 - ``timeout``: the deadline passed, or — with the trace on — the ranks' collective streams
   can never match again (a desync, :mod:`ddp_conformance.ranks.desync`, decided within
   about a second by :mod:`ddp_conformance.ranks.watch`); every rank still running has its
@@ -52,7 +52,18 @@ from typing import Any, Protocol
 from ddp_conformance.errors import PoolError
 from ddp_conformance.ranks.desync import mismatch
 from ddp_conformance.ranks.flight import FlightLog
-from ddp_conformance.ranks.messages import Done, Exit, Job, Raised, Ready, RunJob, receive, send
+from ddp_conformance.ranks.messages import (
+    Done,
+    Exit,
+    Job,
+    Raised,
+    Ready,
+    Release,
+    Released,
+    RunJob,
+    receive,
+    send,
+)
 from ddp_conformance.ranks.outcome import Outcome, describe_exit, describe_outcome
 from ddp_conformance.ranks.warmup import warm_up
 from ddp_conformance.ranks.watch import POLL_S, JobWatch
@@ -299,8 +310,9 @@ class RankPool:
         pending = set(range(self.world_size))
         #: Ranks that answered, with what they did (for the desync diagnosis).
         gone: dict[int, str] = {}
-        #: Ranks that raised and stayed: peers may wait on them until they leave.
+        #: Ranks that raised and stayed: peers may wait on them until they let go.
         raised_here: set[int] = set()
+        releasing: set[int] = set()
         release_at: float | None = None
         # Where each rank's stack file ends now: what faulthandler writes past it when a
         # rank dies of a fatal signal is that rank's Python stack at the moment of death.
@@ -349,11 +361,18 @@ class RankPool:
             if not pending:
                 break
             now = time.monotonic()
-            if raised_here and release_at is not None and now >= release_at:
-                # Peers still wait, on ranks that raised (they let their groups go, which
-                # releases peers blocked in the trace's groups; not those of a group
-                # created outside it): their exit releases everyone.
-                self._end([ranks[i] for i in raised_here], polite=True)
+            if raised_here and release_at is not None and (
+                    now >= release_at or (watch is not None
+                                          and watch.structural(pending, gone) is not None)):
+                # Peers wait on ranks that raised (the flight logs say so, or the grace
+                # is over): those let the job's groups go, or leave; either closes the
+                # connections the peers wait on.
+                for i in raised_here:
+                    try:
+                        send(ranks[i].conn, Release())
+                    except OSError:
+                        pass
+                releasing |= raised_here
                 raised_here.clear()
                 deadline = min(deadline, now + RAISE_GRACE_S)
             elif release_at is not None and now >= release_at:
@@ -385,7 +404,23 @@ class RankPool:
         # Stuck ranks cannot be recovered (they wait in C++): end them; the next job
         # replaces them and every other rank that left.
         self._end([ranks[i] for i in pending])
+        self._await_released([ranks[i] for i in releasing])
         return out
+
+    def _await_released(self, released: list[_Rank]) -> None:
+        """Wait for the answers to :class:`Release`: a rank that leaves is reaped, one that
+        does not answer in time is ended."""
+        deadline = time.monotonic() + CRASH_GRACE_S
+        for r in released:
+            answer = None
+            if r.conn.poll(max(0.0, deadline - time.monotonic())):
+                try:
+                    answer = receive(r.conn)
+                except (EOFError, OSError):
+                    pass
+            if isinstance(answer, Released) and answer.stays:
+                continue
+            self._end([r])
 
     def call(self, function: str, *args: Any, timeout_s: float = 120.0) -> list[Any]:
         """Run ``function(rank, world_size, *args)`` on every rank; return the results."""

@@ -116,6 +116,11 @@ class RankRuntime:
             self._retired_groups = list(dist.distributed_c10d._world.pg_map)
             dist.destroy_process_group()
 
+    def cleaned_up(self) -> bool:
+        """:meth:`cleanup`, for a caller that wants to know it finished: True."""
+        self.cleanup()
+        return True
+
     def release(self) -> bool:
         """After this rank raised: destroy the job's groups *and* let them go, so that their
         connections close and peers blocked in a collective with this rank are released at

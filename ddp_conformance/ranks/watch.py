@@ -78,6 +78,12 @@ class JobWatch:
         """Take in what every rank appended; True if anything moved."""
         return any([log.read() for log in self.logs.values()])
 
+    def structural(self, live: set[int], gone: dict[int, str]) -> Desync | None:
+        """The structural diagnosis now, with no time condition: for peers of a rank that
+        raised, which will issue nothing more, a wait on it is final at once."""
+        self.read()
+        return diagnose(self.flights(), live, gone)
+
     def poll(self, live: set[int], gone: dict[int, str], now: float) -> Desync | None:
         """A desync once ``live`` ranks are structurally hung and quiet for the grace."""
         if self.read() or live != self._live:

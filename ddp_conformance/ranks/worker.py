@@ -14,11 +14,12 @@ import gc
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from multiprocessing.connection import Connection
 
-from ddp_conformance.ranks.messages import Exit, Raised, Ready, RunJob, receive, send
+from ddp_conformance.ranks.messages import Exit, Raised, Ready, Release, Released, RunJob, receive, send
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -51,19 +52,17 @@ def serve(args: argparse.Namespace) -> None:
             return  # the parent went away
         if isinstance(message, Exit):
             return
+        if isinstance(message, Release):
+            stays = _safely(runtime.release)
+            send(conn, Released(args.rank, stays))
+            if not stays:
+                os._exit(0)  # its exit closes the connections the groups still hold
+            continue
         assert isinstance(message, RunJob), message
         answer = runtime.execute(message.job)
-        if isinstance(answer, Raised) and may_stay(answer, message.job.trace):
-            try:
-                # A peer's echo: its connections are closed already. This rank's own
-                # failure: let the job's groups go, which releases peers waiting on it.
-                if answer.released:
-                    runtime.cleanup()
-                    answer = replace(answer, stays=True)
-                elif runtime.release():
-                    answer = replace(answer, stays=True)
-            except BaseException:  # noqa: BLE001 - a cleanup that fails: leave, as below
-                pass
+        if isinstance(answer, Raised) and may_stay(answer, message.job.trace) \
+                and _safely(runtime.cleaned_up):
+            answer = replace(answer, stays=True)
         send(conn, answer)
         if isinstance(answer, Raised) and not answer.stays:
             # Leave. Destroying the group does not close its connections while C++
@@ -72,13 +71,22 @@ def serve(args: argparse.Namespace) -> None:
             os._exit(0)
 
 
+def _safely(step: Callable[[], bool]) -> bool:
+    """``step()``, False if it raised (the rank then leaves: its state is unknown)."""
+    try:
+        return step()
+    except BaseException:  # noqa: BLE001 - any failure here means: leave
+        return False
+
+
 def may_stay(answer: Raised, traced: bool) -> bool:
     """Whether a rank that raised is sound enough to stay in the pool.
 
     It is when its exception only echoes a peer's failure, or when none of its own
     collectives is still in flight (the flight recorder counts them: only known when the
-    job was traced) and its groups can be let go (:meth:`RankRuntime.release`). A rank with
-    work in flight leaves: that work would complete, or fail, inside a later job.
+    job was traced). A rank with work in flight leaves: that work would complete, or fail,
+    inside a later job. A rank that stays keeps the job's groups (as after every job) until
+    the parent sends :class:`Release`, when peers wait on it.
     """
     from ddp_conformance.ranks.tracing import TRACER
 
