@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from ddp_conformance.catalog.backend_needs import backend_lacks
 from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
 from ddp_conformance.config import RunConfig
 from ddp_conformance.contract.candidate import Candidate
@@ -89,6 +90,7 @@ class Runner:
             return self._result(scenario, spec, Verdict.NA,
                                 f"candidate does not support backend {self.config.backend}")
         unsupported = (scenario.unsupported_backend(self.config.backend)
+                       or backend_lacks(scenario, self.config.backend, self.device_kind)
                        or scenario.unsupported_world_size(ws))
         if unsupported:
             return self._result(scenario, spec, Verdict.NA, unsupported)

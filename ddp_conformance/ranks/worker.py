@@ -39,7 +39,7 @@ def serve(args: argparse.Namespace) -> None:
     else:
         device = torch.device("cpu")
     runtime = RankRuntime(args.rank, args.world_size, args.backend, device, store)
-    warm_up()
+    warm_up(device)
     # Everything imported so far lives as long as the process: keep it out of the
     # collector's scans, so that the collection after each job costs microseconds.
     gc.collect()
