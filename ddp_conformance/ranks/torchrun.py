@@ -41,6 +41,7 @@ import torch
 from ddp_conformance.errors import PoolError, UsageError
 from ddp_conformance.ranks.messages import Answer, Job, Raised
 from ddp_conformance.ranks.outcome import Outcome, describe_outcome
+from ddp_conformance.ranks.placement import pin_device
 from ddp_conformance.ranks.runtime import RankRuntime
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -69,11 +70,7 @@ def detect() -> dict[str, int | str] | None:
 
 
 def _device(device: str) -> torch.device:
-    if device == "cuda":
-        index = int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+    return pin_device(device, int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def _stacks_now() -> str:

@@ -23,21 +23,16 @@ from ddp_conformance.ranks.messages import Exit, Raised, Ready, Release, Release
 
 
 def serve(args: argparse.Namespace) -> None:
-    import torch
     import torch.distributed as dist
 
+    from ddp_conformance.ranks.placement import pin_device
     from ddp_conformance.ranks.runtime import RankRuntime
     from ddp_conformance.ranks.warmup import warm_up
 
     conn = Connection(args.fd)
     store = dist.TCPStore("127.0.0.1", args.store_port, None, False,
                           timeout=timedelta(seconds=args.store_timeout))
-    if args.device == "cuda":
-        index = args.rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        device = torch.device("cuda", index)
-    else:
-        device = torch.device("cpu")
+    device = pin_device(args.device, args.rank)  # the pool's ranks share one machine
     runtime = RankRuntime(args.rank, args.world_size, args.backend, device, store)
     warm_up(device)
     # Everything imported so far lives as long as the process: keep it out of the
