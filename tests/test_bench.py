@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from ddp_conformance.bench.experiments import bucket_sweep, no_sync, overlap
 from ddp_conformance.bench.models import MODELS, size_of
@@ -87,3 +88,34 @@ def test_bench_usage_errors(kwargs: dict[str, object], message: str, tmp_path: P
     cfg = BenchConfig(report_dir=str(tmp_path), **kwargs)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=message):
         run_bench(cfg, io.StringIO())
+
+
+def test_bench_records_its_backend_and_device(tmp_path: Path) -> None:
+    cfg = BenchConfig(candidates=["reference"], models=["tiny"], steps=1, rounds=1, warmup=1,
+                      backend="gloo", device="cpu", report_dir=str(tmp_path))
+    run_bench(cfg, io.StringIO(), pool=pool_for(2))
+    info = json.loads((tmp_path / "bench.json").read_text())["timing"]["info"]
+    assert (info["backend"], info["device"]) == ("gloo", "cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_bench_on_cuda_without_a_gpu_is_one_line_exit_2(capsys: pytest.CaptureFixture[str],
+                                                        tmp_path: Path) -> None:
+    from ddp_conformance.cli import main
+
+    for args in (["--device", "cuda"], ["--backend", "nccl"]):
+        assert main(["bench", *args, "--report-dir", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ddp-conformance: error: "), err
+
+
+@pytest.mark.gpu
+def test_bench_on_cuda(tmp_path: Path) -> None:
+    """On a GPU: the timing bench with Gloo on CUDA tensors, 2 ranks sharing the GPU."""
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    cfg = BenchConfig(candidates=["reference"], models=["tiny"], steps=2, rounds=2, warmup=1,
+                      device="cuda", report_dir=str(tmp_path))
+    data = run_bench(cfg, io.StringIO())
+    assert data["timing"]["info"]["device"] == "cuda"
+    assert set(data["timing"]["models"]["tiny"]["candidates"]) == {"torch", "reference"}

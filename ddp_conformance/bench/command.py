@@ -16,6 +16,11 @@ def add_parser(sub: Any) -> None:
                        help="as for run; repeatable (default: torch and reference; torch is always "
                             "timed as the baseline)")
     bench.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
+    bench.add_argument("--backend", default="gloo", metavar="NAME",
+                       help="process-group backend: gloo (default) or nccl")
+    bench.add_argument("--device", default="cpu", metavar="DEV",
+                       help="cpu (default) or cuda (nccl implies cuda); on CUDA every timed "
+                            "interval ends with a device synchronisation")
     bench.add_argument("--model", action="append", metavar="NAME",
                        help="mlp10m, many-small, convnet (default: all three for timing and "
                             "breakdown, mlp10m for the sweeps)")
@@ -34,7 +39,8 @@ def bench_command(args: argparse.Namespace, out: TextIO) -> int:
     from ddp_conformance.bench.run import BenchConfig, run_bench
 
     cfg = BenchConfig(candidates=args.candidate or ["torch", "reference"], world_size=args.world_size,
-                      models=args.model, steps=args.steps, rounds=args.rounds, warmup=args.warmup,
+                      backend=args.backend, device=args.device, models=args.model,
+                      steps=args.steps, rounds=args.rounds, warmup=args.warmup,
                       experiment=args.experiment, report_dir=args.report_dir)
     run_bench(cfg, out)
     return EXIT_OK

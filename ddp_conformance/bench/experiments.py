@@ -21,7 +21,7 @@ from typing import Any
 
 import ddp_reference
 
-from .timing import Runner, plain_group
+from .timing import Runner, bench_device, plain_group
 
 
 def _interleave(runners: dict[str, Any], rounds: int, one: Any) -> dict[str, list[list[float]]]:
@@ -33,8 +33,9 @@ def _interleave(runners: dict[str, Any], rounds: int, one: Any) -> dict[str, lis
 
 
 def bucket_sweep(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, Any] | None:
-    group = plain_group()
-    runners = {f"{spec}|{cap:g}": Runner(spec, cfg["model"], rank, group, {"bucket_cap_mb": cap})
+    group = plain_group(cfg.get("backend", "gloo"))
+    runners = {f"{spec}|{cap:g}": Runner(spec, cfg["model"], rank, group, {"bucket_cap_mb": cap},
+                                         bench_device(cfg))
                for spec in cfg["candidates"] for cap in cfg["caps"]}
     for r in runners.values():
         for _ in range(cfg.get("warmup", 3)):
@@ -47,9 +48,9 @@ def bucket_sweep(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, A
 def no_sync(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, Any] | None:
     """Per (candidate, n): seconds per iteration over blocks of ``block`` iterations in which
     every n-th iteration synchronises (and steps the optimizer)."""
-    group = plain_group()
+    group = plain_group(cfg.get("backend", "gloo"))
     block = cfg.get("block", 8)
-    runners = {f"{spec}|{n}": (Runner(spec, cfg["model"], rank, group), n)
+    runners = {f"{spec}|{n}": (Runner(spec, cfg["model"], rank, group, device=bench_device(cfg)), n)
                for spec in cfg["candidates"] for n in cfg["ns"]}
 
     def one_block(pair: tuple[Runner, int]) -> float:
@@ -75,11 +76,12 @@ def no_sync(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, Any] |
 def overlap(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, Any] | None:
     """Per (candidate, mode): step times; mode ``overlap`` is normal DDP, ``forced_sync``
     runs backward under no_sync and then allreduces every gradient."""
-    group = plain_group()
+    group = plain_group(cfg.get("backend", "gloo"))
     runners: dict[str, tuple[Runner, str]] = {}
     for spec in cfg["candidates"]:
         for mode in ("overlap", "forced_sync"):
-            runners[f"{spec}|{mode}"] = (Runner(spec, cfg["model"], rank, group), mode)
+            runners[f"{spec}|{mode}"] = (Runner(spec, cfg["model"], rank, group,
+                                                device=bench_device(cfg)), mode)
 
     def step(pair: tuple[Runner, str], phases: dict[str, list[float]] | None = None) -> float:
         r, mode = pair

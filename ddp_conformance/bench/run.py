@@ -38,19 +38,22 @@ class BenchConfig:
     steps: int | None = None
     rounds: int | None = None
     warmup: int = 3
+    backend: str = "gloo"
+    device: str = "cpu"
     experiment: str = "timing"
     report_dir: str = "reports"
     timeout_s: float = 600.0
 
 
-def bench_info(world_size: int, threads: int) -> dict[str, Any]:
+def bench_info(world_size: int, threads: int, backend: str = "gloo",
+               device: str = "cpu") -> dict[str, Any]:
     import torch
 
     git = project_git_state() or {}
     return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "torch": torch.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "cpu_count": os.cpu_count(), "backend": "gloo",
-            "device": "cpu", "world_size": world_size, "threads": threads,
+            "platform": platform.platform(), "cpu_count": os.cpu_count(), "backend": backend,
+            "device": device, "world_size": world_size, "threads": threads,
             "commit": git.get("commit"), "dirty": git.get("dirty"), "argv": sys.argv}
 
 
@@ -70,7 +73,7 @@ def run_bench(cfg: BenchConfig, out: TextIO, pool: RankPool | None = None) -> di
     """
     if cfg.experiment not in EXPERIMENTS:
         raise UsageError(f"unknown experiment {cfg.experiment!r} (known: {', '.join(EXPERIMENTS)})")
-    validate("gloo", "cpu", cfg.world_size)
+    device = validate(cfg.backend, cfg.device, cfg.world_size)
     if cfg.world_size < 2:
         raise UsageError("bench needs --world-size of at least 2 (there is nothing to communicate)")
     candidates = list(dict.fromkeys(cfg.candidates))
@@ -83,17 +86,18 @@ def run_bench(cfg: BenchConfig, out: TextIO, pool: RankPool | None = None) -> di
     if steps < 1 or rounds < 1:
         raise UsageError("--steps and --rounds must be at least 1")
     models = _models(cfg)
-    base = {"candidates": candidates, "steps": steps, "rounds": rounds, "warmup": cfg.warmup}
+    base = {"candidates": candidates, "steps": steps, "rounds": rounds, "warmup": cfg.warmup,
+            "backend": cfg.backend, "device": device}
     data: dict[str, Any] = load_bench(cfg.report_dir) or {"type": "bench"}
     out.write(f"ddp-conformance bench: {cfg.experiment}, models {', '.join(models)}, candidates "
               f"{', '.join(candidates)}, {cfg.world_size} ranks, {rounds} rounds x {steps} steps\n")
     started = time.monotonic()
     own = pool is None
-    pool = pool or RankPool(cfg.world_size, threads_per_rank=1)
+    pool = pool or RankPool(cfg.world_size, cfg.backend, device, threads_per_rank=1)
     if pool.world_size != cfg.world_size:
         raise UsageError(f"the pool has {pool.world_size} ranks, the bench asks for {cfg.world_size}")
     try:
-        info = bench_info(cfg.world_size, pool.threads)
+        info = bench_info(cfg.world_size, pool.threads, cfg.backend, device)
         if own:
             pool.start()
         if cfg.experiment in ("timing", "breakdown"):

@@ -31,26 +31,44 @@ from .models import MODELS, size_of
 from .stats import busy_time
 
 LOCAL = "local"  # the model without DDP: no communication at all (breakdown baseline)
+CPU = torch.device("cpu")
+
+
+def bench_device(cfg: dict[str, Any]) -> torch.device:
+    """This rank's device for the bench: the GPU the rank pinned at start (``--device
+    cuda``), else the CPU."""
+    if cfg.get("device") == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return CPU
+
+
+def now(device: torch.device) -> float:
+    """``time.perf_counter()``, after the device's queued work finished (CUDA runs
+    asynchronously: without the synchronisation a step would time its launches only)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 class Runner:
     """One candidate (or ``local``) training one copy of a model on this rank."""
 
     def __init__(self, spec: str, model_name: str, rank: int, pg: dist.ProcessGroup | None,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None,
+                 device: torch.device = CPU) -> None:
         bench = MODELS[model_name]
         torch.manual_seed(0)
-        self.module = bench.factory()
+        self.device = device
+        self.module = bench.factory().to(device)
         self.pg = pg
-        self.x = bench.input(rank)
+        self.x = bench.input(rank).to(device)
         self.ddp: nn.Module | None = None
         if spec == LOCAL:
             self._forward: Callable[[torch.Tensor], torch.Tensor] = self.module
             self.optimizer = torch.optim.SGD(self.module.parameters(), lr=1e-4)
             self._no_sync: Callable[[], AbstractContextManager[Any]] = nullcontext
         else:
-            adapter = resolve_candidate(spec).wrap(self.module, pg, torch.device("cpu"),
-                                                   **(options or {}))
+            adapter = resolve_candidate(spec).wrap(self.module, pg, device, **(options or {}))
             adapter.set_optimizer(lambda params: torch.optim.SGD(params, lr=1e-4))
             self.ddp = getattr(adapter, "ddp", None)
             self._forward = adapter.forward
@@ -64,18 +82,18 @@ class Runner:
     def step(self, phases: dict[str, list[float]] | None = None, sync: bool = True,
              optimizer: bool = True, sync_context: Callable[[], AbstractContextManager[Any]] | None = None
              ) -> float:
-        t0 = time.perf_counter()
+        t0 = now(self.device)
         if optimizer:
             self.optimizer.zero_grad(set_to_none=True)
         context = sync_context() if sync_context else (nullcontext() if sync else self._no_sync())
         with context:
             loss = self._forward(self.x).square().mean()
-            t1 = time.perf_counter()
+            t1 = now(self.device)
             loss.backward()
-        t2 = time.perf_counter()
+        t2 = now(self.device)
         if optimizer:
             self.optimizer.step()
-        t3 = time.perf_counter()
+        t3 = now(self.device)
         if phases is not None:
             phases["forward"].append(t1 - t0)
             phases["backward"].append(t2 - t1)
@@ -83,10 +101,10 @@ class Runner:
         return t3 - t0
 
 
-def plain_group() -> dist.ProcessGroup:
-    """A plain Gloo group of all ranks, whatever backend the job's default group has (the
-    pool may trace its default group; a benchmark must not pay for that)."""
-    group = dist.new_group(backend="gloo")
+def plain_group(backend: str = "gloo") -> dist.ProcessGroup:
+    """A plain group of all ranks on ``backend``, whatever backend the job's default group
+    has (the pool may trace its default group; a benchmark must not pay for that)."""
+    group = dist.new_group(backend=backend)
     assert group is not None
     return group
 
@@ -96,15 +114,17 @@ def traced(group: dist.ProcessGroup) -> TracingProcessGroup:
     return TracingProcessGroup(group, tracer=Tracer())
 
 
-def raw_allreduce_times(nbytes: int, repeats: int, group: dist.ProcessGroup) -> list[float]:
-    """Seconds per ``dist.all_reduce`` of one float32 tensor of ``nbytes`` (after a barrier)."""
-    flat = torch.zeros(max(1, nbytes // 4))
+def raw_allreduce_times(nbytes: int, repeats: int, group: dist.ProcessGroup,
+                        device: torch.device = CPU) -> list[float]:
+    """Seconds per ``dist.all_reduce`` of one float32 tensor of ``nbytes`` on ``device``
+    (after a barrier; on CUDA, until the device finished it)."""
+    flat = torch.zeros(max(1, nbytes // 4), device=device)
     times = []
     for _ in range(repeats):
         dist.barrier(group=group)
-        t = time.perf_counter()
+        t = now(device)
         dist.all_reduce(flat, group=group)
-        times.append(time.perf_counter() - t)
+        times.append(now(device) - t)
     return times
 
 
@@ -172,9 +192,10 @@ def bench_model(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, An
     specs: list[str] = list(cfg["candidates"])
     if cfg.get("local"):
         specs.append(LOCAL)
-    group = plain_group()
-    runners = {s: Runner(s, name, rank, None if s == LOCAL else traced(group), cfg.get("options"))
-               for s in specs}
+    group = plain_group(cfg.get("backend", "gloo"))
+    device = bench_device(cfg)
+    runners = {s: Runner(s, name, rank, None if s == LOCAL else traced(group), cfg.get("options"),
+                         device) for s in specs}
     for r in runners.values():
         for _ in range(cfg.get("warmup", 3)):
             r.step()
@@ -190,7 +211,7 @@ def bench_model(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, An
             times = [r.step(out[spec]["phases"]) for _ in range(steps)]
             out[spec]["rounds"].append(times)
             events[spec] += r.take()
-        raw += raw_allreduce_times(grad_bytes, cfg.get("raw_repeats", 2), group)
+        raw += raw_allreduce_times(grad_bytes, cfg.get("raw_repeats", 2), group, device)
     for spec, r in runners.items():
         out[spec]["collectives"] = collectives_per_step(events[spec], steps * rounds)
         if isinstance(r.pg, TracingProcessGroup):
