@@ -258,9 +258,11 @@ class RankPool:
 
     @staticmethod
     def _end(ranks: list[_Rank], polite: bool = False) -> None:
-        """End ``ranks``: ask them to exit (idle ones do at once), then kill what is left."""
+        """End ``ranks``: ask them to exit (idle ones do at once), then kill what is left.
+        A process never handed over (a spare, maybe still starting: it would read the
+        request only once started) is killed at once: it holds nothing."""
         for r in ranks:
-            if polite and r.alive():
+            if polite and r.alive() and r.ready:
                 try:
                     send(r.conn, Exit())
                 except OSError:
