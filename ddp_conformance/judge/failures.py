@@ -25,19 +25,19 @@ def failed_run(result: Result, out: Outcome, timeout_s: float) -> Result:
             or out.tracebacks
         rank = min(primary)
         result.verdict, result.reason = Verdict.ERROR, f"rank {rank} raised {last_line(primary[rank])}"
-    elif out.desync:
-        summary, _, result.desync = out.desync.partition("\n\n")
+    elif out.desync is not None:
         result.verdict = Verdict.TIMEOUT
-        result.reason = f"{summary} (diagnosed after {out.elapsed_s:.1f}s)"
+        result.reason = f"{out.desync.summary} (diagnosed after {out.elapsed_s:.1f}s)"
+        result.desync = out.desync.detail
     else:
         result.verdict = Verdict.TIMEOUT
         result.reason = (
             f"no progress within {timeout_s:g}s: rank(s) "
             f"{', '.join(map(str, sorted(out.stacks)))} still running"
             + "".join(f"; rank {r} at {innermost_frame(s)}" for r, s in sorted(out.stacks.items())))
-    if out.desync and out.status in ("crash", "raised"):
-        summary, _, result.desync = out.desync.partition("\n\n")
-        result.reason += f"; {summary}"
+    if out.desync is not None and out.status in ("crash", "raised"):
+        result.reason += f"; {out.desync.summary}"
+        result.desync = out.desync.detail
     result.tracebacks, result.stacks, result.exit_codes = out.tracebacks, out.stacks, out.exit_codes
     for rank, log in out.logs.items():
         fatal = result.stacks.get(rank)

@@ -11,6 +11,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddp_conformance.ranks.desync import Desync
 from ddp_conformance.ranks.messages import Answer, Done
 
 
@@ -29,9 +30,9 @@ class Outcome:
     #: Seconds spent before the job reached the ranks: starting the pool, or replacing
     #: ranks that left after the previous job (a hand-over from the spare, or a start).
     handover_s: float = 0.0
-    #: When the ranks' collective streams could never match: the diagnosis (which rank
-    #: waits in what, the streams side by side); the status is then ``timeout``.
-    desync: str = ""
+    #: What the ranks' collective streams say: on ``timeout``, why they could never
+    #: match again (who waits in what); on ``crash``/``raised``, where they differed.
+    desync: Desync | None = None
 
     def record(self, answer: Answer) -> bool:
         """Keep one rank's answer; True when the rank itself failed (a traceback that is

@@ -327,9 +327,7 @@ class RankPool:
                 send(r.conn, RunJob(job))
             except OSError:  # it died between jobs
                 pending.discard(r.rank)
-                out.exit_codes[r.rank] = _exit_code(r)
-                out.logs[r.rank] = _tail(r.log)
-                gone[r.rank] = f"died ({describe_exit(out.exit_codes[r.rank])})"
+                gone[r.rank] = _died(r, out)
         while pending:
             now = time.monotonic()
             if now >= deadline:
@@ -343,9 +341,7 @@ class RankPool:
                 try:
                     answer = receive(r.conn)
                 except (EOFError, OSError):
-                    out.exit_codes[r.rank] = _exit_code(r)
-                    out.logs[r.rank] = _tail(r.log)
-                    gone[r.rank] = f"died ({describe_exit(out.exit_codes[r.rank])})"
+                    gone[r.rank] = _died(r, out)
                     deadline = min(deadline, time.monotonic() + CRASH_GRACE_S)
                     continue
                 failed_here = out.record(answer)
@@ -383,7 +379,7 @@ class RankPool:
             elif watch is not None and not out.tracebacks and not out.exit_codes:
                 desync = watch.poll(pending, gone, now)
                 if desync is not None:
-                    out.desync = f"{desync.summary}\n\n{desync.detail}"
+                    out.desync = desync
                     break
         out.elapsed_s = time.monotonic() - started
         if out.exit_codes:
@@ -394,9 +390,7 @@ class RankPool:
             out.status = "timeout"
         if watch is not None and out.status in ("crash", "raised"):
             watch.read()
-            evidence = mismatch(watch.flights())
-            if evidence is not None:  # why it died or raised, when the streams say it
-                out.desync = f"{evidence.summary}\n\n{evidence.detail}"
+            out.desync = mismatch(watch.flights())  # why it died or raised, if they say
         if pending or out.exit_codes:
             out.stacks = self._dump_stacks([ranks[i] for i in sorted(pending)])
             for rank in out.exit_codes:
@@ -453,6 +447,13 @@ class RankPool:
                 break
         return {r.rank: _read_from(r.stack, before[r.rank])
                 or "(no stack: the process did not answer SIGUSR1)" for r in ranks}
+
+
+def _died(r: _Rank, out: Outcome) -> str:
+    """Keep a dead rank's exit code and the end of its log in ``out``; say how it ended."""
+    out.exit_codes[r.rank] = _exit_code(r)
+    out.logs[r.rank] = _tail(r.log)
+    return f"died ({describe_exit(out.exit_codes[r.rank])})"
 
 
 def _reap(r: _Rank) -> None:
