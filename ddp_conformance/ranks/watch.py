@@ -89,11 +89,11 @@ class JobWatch:
         if self.read() or live != self._live:
             self._restart_quiet(live, now)
             return None
-        quiet = DESYNC_QUIET_S
+        if now - self._quiet_since < DESYNC_QUIET_S:
+            return None  # (checked first: the CPU figures are read only once it may end)
         cpu = {r: cpu_seconds(self.pids[r]) for r in live}
-        if any(v is None for v in cpu.values()):
-            quiet *= 3
-        if now - self._quiet_since < quiet:
+        if any(v is None for v in cpu.values()) and \
+                now - self._quiet_since < 3 * DESYNC_QUIET_S:
             return None
         if any(v is not None and (mark := self._cpu_mark.get(r)) is not None
                and v - mark > IDLE_CPU_S for r, v in cpu.items()):
