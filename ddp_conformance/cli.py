@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         info = session.open_reports(args.ddp_report_dir)
         session.catch_signals()  # SIGINT and SIGTERM, until the reports are written
         out.write(f"ddp-conformance: {len(cases)} cases, {config.world_size} ranks, "
-                  f"{config.backend}/{session.runner.device_kind}, pool {config.pool}, "
+                  f"{session.runner.backend.name}/{session.runner.device_kind}, pool {config.pool}, "
                   f"torch {info['torch']}\n")
         started = time.monotonic()
         if config.pool == "persistent":

@@ -29,3 +29,23 @@ class RunConfig:
     strict_profile: bool = False
     #: How many of the slowest cases the summary lists with their costs (0: every case).
     durations: int = 10
+    #: The backend's own collective checks: "auto" (for a custom backend), "on", "off",
+    #: or "only" (no DDP scenario).
+    collectives: str = "auto"
+    #: Run every scenario on this backend too, side by side: "auto" (gloo for a custom
+    #: backend), "none", or a backend spec.
+    compare_backend: str = "auto"
+
+    def runs_collectives(self, custom_backend: bool) -> bool:
+        """Whether the run includes the backend's collective checks."""
+        return self.collectives in ("on", "only") or (self.collectives == "auto" and custom_backend)
+
+    def runs_scenarios(self) -> bool:
+        """Whether the run includes the DDP catalog."""
+        return self.collectives != "only"
+
+    def comparison_backend(self, custom_backend: bool) -> str:
+        """The backend every scenario also runs on ('' for none)."""
+        if self.compare_backend == "auto":
+            return "gloo" if custom_backend else ""
+        return "" if self.compare_backend == "none" else self.compare_backend

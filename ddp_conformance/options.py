@@ -103,10 +103,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("candidate", "candidate DDP: a built-in (torch, reference, the ecosystem adapters) or "
            "package.module:attr; repeatable (default: torch)", action="append", metavar="SPEC",
            config_field="candidates", to_config=lambda v: list(v) if v else ["torch"]),
-    Option("backend", "process-group backend: gloo (default) or nccl", default="gloo", metavar="NAME",
-           config_field="backend"),
-    Option("device", "tensor device: cpu (default) or cuda (nccl implies cuda)", default="cpu", metavar="DEV",
-           config_field="device"),
+    Option("backend", "process-group backend: gloo (default), nccl, or MODULE:NAME, a backend "
+           "that importing MODULE registers as NAME (torch.distributed.Backend."
+           "register_backend)", default="gloo", metavar="NAME", config_field="backend"),
+    Option("device", "tensor device: cpu (default) or cuda (nccl, and a backend registered "
+           "for cuda only, imply cuda)", default="cpu", metavar="DEV", config_field="device"),
+    Option("collectives", "the backend's own collective checks before the DDP catalog: auto "
+           "(default: for a MODULE:NAME backend), on, off, or only (no DDP scenario)",
+           default="auto", choices=("auto", "on", "off", "only"), config_field="collectives"),
+    Option("compare-backend", "run every scenario on this backend too and report both side by "
+           "side: auto (default: gloo for a MODULE:NAME backend), none, or a backend",
+           default="auto", metavar="NAME", config_field="compare_backend"),
     Option("world-size", "ranks per scenario (default 2)", default=2, type=int, metavar="N",
            config_field="world_size", check=_at_least_one("world-size")),
     Option("timeout", "deadline of one case in seconds (default 60)", default=60.0, type=float,

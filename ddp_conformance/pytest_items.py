@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 import pytest
 
 from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.collectives.case import CollectiveCase
 from ddp_conformance.errors import Interrupted, UsageError
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import PYTEST, run_config
@@ -157,12 +158,26 @@ def make_items(collector: pytest.Collector, scenarios: list[Scenario]) -> list[p
     """The items of one ``SCENARIOS`` list, validated as the loader validates the catalog."""
     from ddp_conformance.catalog.loader import validate
 
-    _holder(collector.config)
+    holder = _holder(collector.config)
     for scenario in scenarios:
         validate(scenario)
+    if not holder.session.config.runs_scenarios():
+        return []  # --collectives only
     candidates = collector.config.getoption("ddp_candidate") or ["torch"]
     return [ConformanceItem.from_parent(collector, name=f"{s.id}[{c}]", scenario=s, candidate=c)
             for s in scenarios for c in candidates]
+
+
+def make_collective_items(collector: pytest.Collector,
+                          cases: list[CollectiveCase]) -> list[pytest.Item]:
+    """The items of one ``COLLECTIVES`` list, named ``<id>[<backend>]``, when the run checks
+    the backend's collectives (none otherwise)."""
+    session = _holder(collector.config).session
+    if not session.config.runs_collectives(session.runner.backend.custom):
+        return []
+    backend = session.runner.backend.name
+    return [ConformanceItem.from_parent(collector, name=f"{c.id}[{backend}]", scenario=c,
+                                        candidate=backend) for c in cases]
 
 
 class ScenarioFailed(Exception):
@@ -174,7 +189,8 @@ class ScenarioFailed(Exception):
 
 
 class ConformanceItem(pytest.Item):
-    def __init__(self, *, scenario: Scenario, candidate: str, **kwargs: Any) -> None:
+    def __init__(self, *, scenario: Scenario | CollectiveCase, candidate: str,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scenario = scenario
         self.candidate = candidate

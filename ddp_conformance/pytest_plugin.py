@@ -11,8 +11,10 @@ Installing this package must never change another project's pytest run, so this 
   pays nothing and sees nothing (no header line, no marker, no item);
 - turns a test module's ``SCENARIOS`` into items only when it is a list of
   :class:`~ddp_conformance.catalog.scenario.Scenario` (the files of ``suites/``, installed
-  as ``ddp_conformance_suites``); the items, their session and their reporting live in
-  :mod:`ddp_conformance.pytest_items`, imported then.
+  as ``ddp_conformance_suites``), and its ``COLLECTIVES`` only when it is a list of
+  :class:`~ddp_conformance.collectives.case.CollectiveCase` and the run checks the
+  backend's collectives (``--collectives``); the items, their session and their
+  reporting live in :mod:`ddp_conformance.pytest_items`, imported then.
 
 So ``pytest`` from this repository's root, and ``pytest --pyargs ddp_conformance_suites
 --ddp-candidate mypkg.ddp:MyDDP`` anywhere, run the catalog; ``-p no:ddp_conformance``
@@ -53,13 +55,17 @@ def _taken_names(parser: pytest.Parser) -> set[str]:
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str,
                               obj: Any) -> list[pytest.Item] | None:
-    if name != "SCENARIOS" or not isinstance(collector, pytest.Module):
+    if name not in ("SCENARIOS", "COLLECTIVES") or not isinstance(collector, pytest.Module):
         return None
-    from ddp_conformance.catalog.scenario import Scenario
+    if name == "SCENARIOS":
+        from ddp_conformance.catalog.scenario import Scenario as kind
+    else:
+        from ddp_conformance.collectives.case import CollectiveCase as kind  # type: ignore[assignment]
 
     if not isinstance(obj, (list, tuple)) or not obj or \
-            not all(isinstance(s, Scenario) for s in obj):
-        return None  # another project's SCENARIOS: not ours
-    from ddp_conformance.pytest_items import make_items
+            not all(isinstance(s, kind) for s in obj):
+        return None  # another project's list: not ours
+    from ddp_conformance.pytest_items import make_collective_items, make_items
 
-    return make_items(collector, list(obj))
+    return make_items(collector, list(obj)) if name == "SCENARIOS" else \
+        make_collective_items(collector, list(obj))

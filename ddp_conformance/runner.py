@@ -4,18 +4,31 @@ A :class:`Runner` owns the transport (the rank pool, or torchrun's ranks), the r
 candidates and the per-run caches (one oracle per scenario and DDP group, one reference
 run per scenario: neither depends on the candidate). The run loop around it, shared by the
 command line and the pytest plugin, is :mod:`ddp_conformance.session`.
+
+It also runs the backend's own collective checks (a
+:class:`~ddp_conformance.collectives.case.CollectiveCase`: the backend is the subject, no
+candidate), and, with a comparison backend (``--compare-backend``, Gloo by default for a
+custom backend), every scenario a second time on that backend's own pool, recording how
+far the two runs' records are apart (:mod:`ddp_conformance.judge.backend_diff`).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
 
+from ddp_conformance.builtins._common import expectations_file
 from ddp_conformance.catalog.backend_needs import backend_lacks
 from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
+from ddp_conformance.collectives.case import CollectiveCase
+from ddp_conformance.collectives.verdict import judge_collective
 from ddp_conformance.config import RunConfig
+from ddp_conformance.contract.backend import resolve_backend
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.registry import resolve_candidate
+from ddp_conformance.errors import UsageError
+from ddp_conformance.judge.backend_diff import compare_records
 from ddp_conformance.judge.costs import CostMeter
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.expectations import Expectations
@@ -36,6 +49,10 @@ COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
 REFERENCE = "reference"
 #: Candidates held to the strict profile always: torch's DDP and the reference.
 STRICT_CANDIDATES = frozenset({"torch", REFERENCE})
+#: The rank-side function of a collective check.
+RUN_COLLECTIVE = "ddp_conformance.collectives.execute:run_case"
+#: Expectations shipped for torch's own backends' known defects (collective checks).
+SHIPPED_BACKEND_EXPECTATIONS = {"gloo": "gloo-backend"}
 
 
 class Runner:
@@ -45,14 +62,29 @@ class Runner:
         """``pool`` replaces the rank pool (e.g. ranks started by torchrun); same interface."""
         self.config = config
         self.device_kind = validate(config.backend, config.device, config.world_size)
+        self.backend = resolve_backend(config.backend)
         self.candidates: dict[str, Candidate] = {}
         for spec in config.candidates:
             self.candidates[spec] = resolve_candidate(spec)
         shipped = [c.expectations for c in self.candidates.values() if c.expectations]
+        backend_file = expectations_file(SHIPPED_BACKEND_EXPECTATIONS.get(self.backend.name, ""))
+        if backend_file and config.runs_collectives(self.backend.custom):
+            shipped.append(backend_file)
         self.expectations = Expectations.load_all(
             ([config.expectations] if config.expectations else []) + shipped)
+        #: The same scenarios on a second backend, each on its own pool (None: no comparison).
+        self.comparison: Runner | None = None
+        compare = config.comparison_backend(self.backend.custom)
+        if compare and config.runs_scenarios():
+            if pool is not None:
+                raise UsageError("--compare-backend runs a second rank pool: not under torchrun")
+            self.comparison = Runner(dataclasses.replace(
+                config, backend=compare, device=self.device_kind, collectives="off",
+                compare_backend="none", expectations=None))
         self.pool: Pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
                                            fresh=config.pool == "fresh", spare=config.spare)
+        #: The last scenario's records on this runner (None: it produced none).
+        self.last_records: dict[int, RankRecord] | None = None
         self._oracles: dict[str, OracleRecord] = {}
         self._references: dict[str, dict[int, RankRecord] | None] = {}
         self.reference_notes: dict[str, str] = {}
@@ -60,7 +92,11 @@ class Runner:
         self._costs = CostMeter()
 
     def close(self) -> None:
-        self.pool.close()
+        try:
+            if self.comparison is not None:
+                self.comparison.close()
+        finally:
+            self.pool.close()
 
     def __enter__(self) -> Runner:
         return self
@@ -71,26 +107,59 @@ class Runner:
     def candidate_name(self, spec: str) -> str:
         return self.candidates[spec].name
 
-    def run_case(self, scenario: Scenario, spec: str) -> Result:
+    def run_case(self, scenario: Scenario | CollectiveCase, spec: str) -> Result:
+        """Run one case: ``scenario`` with candidate ``spec``, or a collective check of the
+        backend (``spec`` is then the backend's name)."""
         started = time.monotonic()
         self._costs = CostMeter()
-        result = self._run_case(scenario, spec)
+        if isinstance(scenario, CollectiveCase):
+            result = self._run_collective(scenario)
+        else:
+            result = self._run_case(scenario, spec)
+            if self.comparison is not None:
+                with self._costs.timing("comparison"):
+                    self._compare(scenario, spec, result)
         result.duration_s = time.monotonic() - started
         result.costs = self._costs.finish(result.duration_s)
         return self.expectations.apply(result)
 
     def _result(self, scenario: Scenario, spec: str, verdict: Verdict, reason: str = "") -> Result:
         return Result(scenario.id, self.candidate_name(spec), verdict, self.config.world_size,
-                      self.config.backend, self.device_kind, reason=reason)
+                      self.backend.name, self.device_kind, reason=reason)
+
+    def _run_collective(self, case: CollectiveCase) -> Result:
+        result = Result(case.id, self.backend.name, Verdict.NA, self.config.world_size,
+                        self.backend.name, self.device_kind)
+        unsupported = case.unsupported_world_size(self.config.world_size)
+        if unsupported:
+            result.reason = unsupported
+            return result
+        job = Job("call", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
+                  function=RUN_COLLECTIVE, args=(case, self.device_kind), trace=self.config.trace)
+        job_started = time.perf_counter()
+        outcome = self.pool.run(job, self.config.timeout_s)
+        self._costs.add_job(time.perf_counter() - job_started, outcome.handover_s, [])
+        with self._costs.timing("checks"):
+            return judge_collective(case, result, outcome, self.config.timeout_s)
+
+    def _compare(self, scenario: Scenario, spec: str, result: Result) -> None:
+        """Run the case on the comparison backend; record the two side by side."""
+        assert self.comparison is not None
+        other = self.comparison.run_case(scenario, spec)
+        theirs = self.comparison.last_records
+        result.comparison = compare_records(other.backend, other.verdict.value,
+                                            self.last_records, theirs)
 
     def _run_case(self, scenario: Scenario, spec: str) -> Result:
+        self.last_records = None
         candidate = self.candidates[spec]
         ws = self.config.world_size
-        if self.config.backend not in candidate.backends:
+        backend = self.backend.name
+        if candidate.backends is not None and backend not in candidate.backends:
             return self._result(scenario, spec, Verdict.NA,
-                                f"candidate does not support backend {self.config.backend}")
-        unsupported = (scenario.unsupported_backend(self.config.backend)
-                       or backend_lacks(scenario, self.config.backend, self.device_kind)
+                                f"candidate does not support backend {backend}")
+        unsupported = (scenario.unsupported_backend(backend)
+                       or backend_lacks(scenario, backend, self.device_kind)
                        or scenario.unsupported_world_size(ws))
         if unsupported:
             return self._result(scenario, spec, Verdict.NA, unsupported)
@@ -109,6 +178,7 @@ class Runner:
             return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
                               self.config.timeout_s)
         records: dict[int, RankRecord] = outcome.results
+        self.last_records = records
         na = {r.not_applicable for r in records.values() if r.not_applicable}
         if na:
             return self._result(scenario, spec, Verdict.NA, "; ".join(sorted(na)))
@@ -165,3 +235,4 @@ class Runner:
             with self._costs.timing("oracle"):  # charged to the case that computes it
                 self._oracles[key] = run_oracle(scenario, group, device, self.pool.threads)
         return self._oracles[key]
+

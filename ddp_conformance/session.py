@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ddp_conformance.catalog.loader import keyword_matcher, load_catalog
+from ddp_conformance.catalog.loader import keyword_matcher, load_catalog, load_collectives
 from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.collectives.case import CollectiveCase
 from ddp_conformance.config import RunConfig
 from ddp_conformance.errors import Interrupted, UsageError
 from ddp_conformance.judge.stability import Stability
@@ -40,7 +41,8 @@ from ddp_conformance.ranks.pool import Pool, RankPool
 from ddp_conformance.report.stream import ResultsWriter, run_info
 from ddp_conformance.runner import Runner
 
-Case = tuple[Scenario, str]
+#: (scenario, candidate spec), or (collective check, backend name).
+Case = tuple[Scenario | CollectiveCase, str]
 
 #: A further signal this soon after :class:`Interrupted` was raised is the same request
 #: (the exception is on its way out); later, the first is taken for lost and raised again.
@@ -65,6 +67,7 @@ class Session:
         self.writer: ResultsWriter | None = None
         self.memory_warnings: list[str] = []
         self._catalog: list[Scenario] | None = None
+        self._collectives: list[CollectiveCase] | None = None
         self._closed = False
         #: How many cases the run means to run (for "after 12 of 128 cases"), if known.
         self.planned: int | None = None
@@ -85,27 +88,48 @@ class Session:
             self._catalog = load_catalog()
         return self._catalog
 
+    @property
+    def collectives(self) -> list[CollectiveCase]:
+        """The backend's collective checks, when the run includes them (else none)."""
+        if not self.config.runs_collectives(self.runner.backend.custom):
+            return []
+        if self._collectives is None:
+            self._collectives = load_collectives()
+        return self._collectives
+
     def select(self, keyword: str | None = None) -> list[Case]:
-        """Every (scenario, candidate spec) whose case id ``-k keyword`` matches."""
+        """The backend's collective checks, then every (scenario, candidate spec), whose
+        case id ``-k keyword`` matches."""
         matches = keyword_matcher(keyword)
-        cases = [(s, c) for s in self.catalog for c in self.config.candidates
-                 if matches(f"{s.id}[{c}]")]
+        backend = self.runner.backend.name
+        cases: list[Case] = [(c, backend) for c in self.collectives
+                             if matches(f"{c.id}[{backend}]")]
+        if self.config.runs_scenarios():
+            cases += [(s, c) for s in self.catalog for c in self.config.candidates
+                      if matches(f"{s.id}[{c}]")]
         if not cases:
             raise UsageError(f"no scenario matches -k {keyword!r}")
         self.planned = len(cases)
         return cases
 
     def case_ids(self) -> Iterable[tuple[str, str]]:
-        """(scenario id, candidate name) of every case of the whole catalog."""
+        """(scenario id, candidate name) of every case of the whole catalog, and (case id,
+        backend) of the collective checks."""
         names = [self.runner.candidate_name(spec) for spec in self.config.candidates]
-        return ((s.id, name) for s in self.catalog for name in names)
+        backend = self.runner.backend.name
+        yield from ((c.id, backend) for c in self.collectives)
+        yield from ((s.id, name) for s in self.catalog for name in names)
 
     # -- running ----------------------------------------------------------------------
 
     def open_reports(self, directory: str) -> dict[str, Any]:
         """Stream results to ``directory`` from now on; return the run information."""
-        info = run_info(self.runner.candidates.values(), self.config.backend,
+        info = run_info(self.runner.candidates.values(), self.runner.backend.name,
                         self.runner.device_kind, self.config.world_size)
+        if self.runner.backend.custom:
+            info["backend_spec"] = self.runner.backend.spec
+        if self.runner.comparison is not None:
+            info["compare_backend"] = self.runner.comparison.backend.name
         info["durations"] = self.config.durations  # summary.md's slowest cases (0: all)
         self.writer = ResultsWriter(directory, info)
         return info
@@ -115,7 +139,7 @@ class Session:
         if self.config.pool == "persistent":
             self.runner.pool.start()
 
-    def run_case(self, scenario: Scenario, spec: str, repeat: int = 0,
+    def run_case(self, scenario: Scenario | CollectiveCase, spec: str, repeat: int = 0,
                  on_result: Callable[[Result], object] | None = None) -> Result:
         """Run one case and record it (then ``on_result(result)``, e.g. a progress line).
 

@@ -8,17 +8,35 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
+from typing import Any
 
 from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.collectives.case import CollectiveCase
+
+
+def _lists(name: str) -> list[Any]:
+    """Every ``name`` list of the modules of ``suites/``, in module order."""
+    import ddp_conformance_suites as suites
+
+    found: list[Any] = []
+    for info in sorted(pkgutil.iter_modules(suites.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{suites.__name__}.{info.name}")
+        found.extend(getattr(module, name, []))
+    return found
+
+
+def load_collectives() -> list[CollectiveCase]:
+    """The backend's collective checks: every ``COLLECTIVES`` list of ``suites/``."""
+    cases: list[CollectiveCase] = _lists("COLLECTIVES")
+    ids = [c.id for c in cases]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"collective case id(s) defined twice in suites/: {', '.join(twice)}")
+    return cases
 
 
 def load_catalog() -> list[Scenario]:
-    import ddp_conformance_suites as suites
-
-    scenarios: list[Scenario] = []
-    for info in sorted(pkgutil.iter_modules(suites.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{suites.__name__}.{info.name}")
-        scenarios.extend(getattr(module, "SCENARIOS", []))
+    scenarios: list[Scenario] = _lists("SCENARIOS")
     seen: set[str] = set()
     for s in scenarios:
         if s.id in seen:

@@ -19,7 +19,8 @@ class Candidate:
     name: str
     wrap: Callable[..., Adapter]
     capabilities: frozenset[str] = frozenset()
-    backends: frozenset[str] = frozenset({"gloo", "nccl"})
+    #: The backends it runs on (None: any, the custom ones included).
+    backends: frozenset[str] | None = None
     version: str = ""
     description: str = ""
     #: When True, capabilities are only known once the model is wrapped (a factory function).

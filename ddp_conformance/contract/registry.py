@@ -7,12 +7,9 @@ DDP-like callable (:mod:`ddp_conformance.contract.ddp_like`).
 """
 from __future__ import annotations
 
-import contextlib
-import importlib
 import importlib.metadata
-import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,6 +17,7 @@ import torch
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.ddp_like import ddp_like_candidate
 from ddp_conformance.errors import UsageError
+from ddp_conformance.user_import import import_user_module
 
 
 def _torch_candidate() -> Candidate:
@@ -50,20 +48,6 @@ def _distribution_version(dist_name: str) -> str:
         return ""
 
 
-@contextlib.contextmanager
-def _cwd_importable() -> Iterator[None]:
-    """Make the current directory importable, as ``python -m`` does."""
-    cwd = os.getcwd()
-    added = cwd not in sys.path and "" not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        yield
-    finally:
-        if added and cwd in sys.path:
-            sys.path.remove(cwd)
-
-
 def builtin_candidates() -> dict[str, Callable[[], Candidate]]:
     """Every built-in name: torch, reference, and the ecosystem adapters."""
     from ddp_conformance.builtins import ADAPTERS
@@ -80,14 +64,7 @@ def resolve_candidate(spec: str) -> Candidate:
         raise UsageError(f"unknown candidate {spec!r}: not a built-in "
                          f"({', '.join(builtins)}) and not of the form package.module:attr")
     module_name, _, attr_path = spec.partition(":")
-    try:
-        with _cwd_importable():
-            obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"unknown candidate {spec!r}: cannot import {module_name!r} ({exc})") from None
-    except Exception as exc:  # noqa: BLE001 - the candidate's own import-time error
-        raise UsageError(f"candidate {spec!r}: importing {module_name!r} raised "
-                         f"{type(exc).__name__}: {exc}") from None
+    obj: Any = import_user_module(module_name, f"candidate {spec!r}")
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)

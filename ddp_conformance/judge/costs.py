@@ -14,7 +14,9 @@ A case's cost is split into :data:`PHASES`, in the order they happen:
   it (it is cached per scenario);
 - ``oracle``: the oracle, charged to the case that computed it (cached per scenario and
   group);
-- ``checks``: judging the records.
+- ``checks``: judging the records;
+- ``comparison``: the same case on the comparison backend (``--compare-backend``), its
+  own reference and oracle included.
 
 :data:`OTHER` is what no phase explains (the case's duration less the phases' sum, when
 positive), so that the costs add up to the case's duration.
@@ -27,7 +29,7 @@ from contextlib import contextmanager
 
 #: The measured phases of one case, in the order they happen.
 PHASES: tuple[str, ...] = ("handover", "wrap", "steps", "record", "transfer", "reference",
-                           "oracle", "checks")
+                           "oracle", "checks", "comparison")
 #: The phases a rank measures itself (``RankRecord.times``).
 RANK_PHASES: tuple[str, ...] = ("wrap", "steps", "record")
 #: The case's duration that no phase explains.

@@ -66,6 +66,24 @@ class CheckFailure:
 
 
 @dataclass
+class BackendComparison:
+    """The same case run on a second backend in the same run (``--compare-backend``).
+
+    ``verdict``: the case's verdict there; ``max_abs``: the largest difference between
+    the two runs' gradients, parameters and buffers (every step, every rank; None when
+    either run produced no records); ``bitwise``: every compared tensor identical;
+    ``first_difference``: where they first differ.
+    """
+
+    backend: str
+    verdict: str
+    max_abs: float | None = None
+    bitwise: bool | None = None
+    compared: int = 0
+    first_difference: str = ""
+
+
+@dataclass
 class Result:
     """Everything known about one (scenario, candidate) run."""
 
@@ -94,6 +112,8 @@ class Result:
     costs: dict[str, float] = field(default_factory=dict)
     #: For a TIMEOUT diagnosed as a desync: the ranks' collective streams side by side.
     desync: str = ""
+    #: The same case on the comparison backend (None: not compared).
+    comparison: BackendComparison | None = None
 
     @property
     def case_id(self) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ddp_conformance.contract.backend import resolve_backend
 from ddp_conformance.errors import UsageError
 
-BACKENDS = ("gloo", "nccl")
 DEVICES = ("cpu", "cuda")
 
 
@@ -17,16 +17,24 @@ def validate(backend: str, device: str, world_size: int,
     ``--backend nccl`` puts rank r on ``cuda:r`` (``cuda:LOCAL_RANK`` under torchrun) and
     so needs one GPU per rank *on this machine*: ``local_world_size`` of them under
     torchrun (``LOCAL_WORLD_SIZE``), all ``world_size`` otherwise. Gloo with
-    ``--device cuda`` lets ranks share one GPU.
+    ``--device cuda`` lets ranks share one GPU. A custom backend (``MODULE:NAME``, see
+    :mod:`ddp_conformance.contract.backend`) runs on the device types it registered: one
+    that serves CUDA only implies ``--device cuda``, as NCCL does.
     """
     if world_size < 1:
         raise UsageError(f"--world-size must be at least 1, got {world_size}")
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
     if not dist.is_available():
         raise UsageError("this torch build has no torch.distributed support")
+    spec = resolve_backend(backend)
+    if spec.custom:
+        if device not in spec.devices and device == "cpu" and "cuda" in spec.devices:
+            device = "cuda"
+        if device not in spec.devices:
+            raise UsageError(f"backend {spec.name} does not serve --device {device} (it "
+                             f"registered devices: {', '.join(spec.devices) or 'none'})")
+    backend = spec.name
     if backend == "nccl":
         device = "cuda"
         if not dist.is_nccl_available():
@@ -39,7 +47,7 @@ def validate(backend: str, device: str, world_size: int,
             where = "" if local_world_size is None else " on this node"
             raise UsageError(f"backend nccl needs one GPU per rank: {local} ranks{where}, "
                              f"{gpus} GPU(s) visible")
-    elif not dist.is_gloo_available():
+    elif backend == "gloo" and not dist.is_gloo_available():
         raise UsageError("backend gloo is not available in this torch build")
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available on this machine")

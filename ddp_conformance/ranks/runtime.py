@@ -52,9 +52,12 @@ class RankRuntime:
 
     def __init__(self, rank: int, world_size: int, backend: str, device: torch.device,
                  store: dist.Store) -> None:
+        from ddp_conformance.contract.backend import resolve_backend
+
         self.rank = rank
         self.world_size = world_size
-        self.backend = backend
+        #: The registered name (``MODULE:NAME`` imports MODULE here, which registers it).
+        self.backend = resolve_backend(backend).name
         self.device = device
         self.store = store
         self.candidates: dict[str, Any] = {}

@@ -151,6 +151,14 @@ _MEASURE: dict[str, Callable[[Sequence[Any]], tuple[torch.Tensor | None, int]]] 
     "_reduce_scatter_base": lambda a: (_first(a[1]), _total(a[1])),
     "reduce_scatter_tensor_coalesced": lambda a: (_first(a[1]), _total(a[1])),
     "alltoall_base": lambda a: (_first(a[1]), _total(a[1])),
+    # torch 2.13's public API calls these (all_gather_into_tensor, reduce_scatter_tensor,
+    # all_to_all_single and their coalesced forms); the older names above stay for callers
+    # that still use them.
+    "all_gather_single": lambda a: (_first(a[1]), _total(a[1])),
+    "all_gather_single_coalesced": lambda a: (_first(a[1]), _total(a[1])),
+    "reduce_scatter_single": lambda a: (_first(a[1]), _total(a[1])),
+    "reduce_scatter_single_coalesced": lambda a: (_first(a[1]), _total(a[1])),
+    "all_to_all_single": lambda a: (_first(a[1]), _total(a[1])),
     "alltoall": lambda a: (_first(a[1]), _total(a[1])),
     "gather": lambda a: (_first(a[1]), _total(a[1])),
     "scatter": lambda a: (_first(a[0]), _total(a[0])),
@@ -161,7 +169,8 @@ _MEASURE: dict[str, Callable[[Sequence[Any]], tuple[torch.Tensor | None, int]]] 
 
 #: Collectives that reduce (sum) data across ranks: what gradient synchronisation uses.
 REDUCING = frozenset({"allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
-                      "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"})
+                      "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+                      "reduce_scatter_single", "reduce_scatter_single_coalesced"})
 
 
 def _traced(name: str) -> Callable[..., Any]:
@@ -191,20 +200,30 @@ _BT = dist.ProcessGroup.BackendType
 _DEVICE_BACKENDS = {"gloo": (("cpu", _BT.GLOO), ("cuda", _BT.GLOO)), "nccl": (("cuda", _BT.NCCL),)}
 
 
+def device_backends(backend: str) -> tuple[tuple[str, Any], ...]:
+    """(device type, c10d backend type) pairs that ``backend`` serves: torch's own, or a
+    registered backend's declared devices, typed ``CUSTOM`` as c10d types them."""
+    if backend in _DEVICE_BACKENDS:
+        return _DEVICE_BACKENDS[backend]
+    return tuple((d, _BT.CUSTOM) for d in dist.Backend.backend_capability.get(backend, ()))
+
+
 class TracingProcessGroup(dist.ProcessGroup):
     """A process group that logs every collective into ``tracer`` and forwards it to ``inner``.
 
-    ``inner``: a backend object (``ProcessGroupGloo``, ``ProcessGroupNCCL``) or a
-    ``ProcessGroup``. ``backend_name``: what ``getBackendName`` answers (default
-    ``traced_<inner's backend>``; a group created through a registered backend must answer
-    the registered name). ``tracer``: default :data:`TRACER`. ``group_key`` and ``ranks``:
+    ``inner``: a backend object (``ProcessGroupGloo``, ``ProcessGroupNCCL``, a custom
+    backend's) or a ``ProcessGroup`` (a Python process group a custom backend creates).
+    ``backend_name``: what ``getBackendName`` answers (default ``traced_<inner's
+    backend>``; a group created through a registered backend must answer the registered
+    name). ``real``: the name ``inner``'s backend is registered under (default: what it
+    calls itself), which says the device types it serves. ``tracer``: default :data:`TRACER`. ``group_key`` and ``ranks``:
     the group's id and global ranks, the same on every rank (given by :func:`traced_backend`;
     without them the group's collectives are not streamed to the flight recorder).
     """
 
     def __init__(self, inner: dist.ProcessGroup | C10dBackend, backend_name: str | None = None,
                  tracer: Tracer | None = None, group_key: str = "",
-                 ranks: Sequence[int] = ()) -> None:
+                 ranks: Sequence[int] = (), real: str | None = None) -> None:
         super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]
         self.inner = inner
         self.tracer = TRACER if tracer is None else tracer
@@ -214,26 +233,27 @@ class TracingProcessGroup(dist.ProcessGroup):
         if group_key and self.tracer.flight is not None:
             self.tracer.flight.group(group_key, tuple(ranks))
         if isinstance(inner, dist.ProcessGroup):
-            real = inner._get_backend_name().removeprefix("traced_")
+            real = real or inner._get_backend_name().removeprefix("traced_")
             #: What serves the operations ``inner`` does not bind in Python: itself here.
             self.plain = inner
             # C++ callers that look a backend up by device (functional collectives,
             # DeviceMesh, FSDP, object collectives) find the real one: they work, untraced;
             # Python-level calls and the C++ group's collectives (DDP's reducer) are traced.
-            for device, kind in _DEVICE_BACKENDS.get(real, ()):
+            for device, kind in device_backends(real):
                 if torch.device(device) in inner._device_types:
                     self._register_backend(torch.device(device), kind,
                                            inner._get_backend(torch.device(device)))
         else:
-            real = inner.name().removeprefix("traced_")
+            real = real or inner.name().removeprefix("traced_")
             #: A plain c10d group over the same backend, for operations the backend object
             #: does not bind in Python (calling the base class on ``self`` would recurse).
             self.plain = dist.ProcessGroup(inner.rank(), inner.size())  # type: ignore[call-arg]
-            for device, kind in _DEVICE_BACKENDS.get(real, ()):
+            served = device_backends(real)
+            for device, kind in served:
                 for group in (self, self.plain):
                     group._register_backend(torch.device(device), kind, inner)
-            if real in _DEVICE_BACKENDS:
-                self.plain._set_default_backend(_DEVICE_BACKENDS[real][0][1])
+            if served:
+                self.plain._set_default_backend(served[0][1])
         self.backend_name = backend_name or f"traced_{real}"
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -244,26 +264,38 @@ for _name in _MEASURE:
     setattr(TracingProcessGroup, _name, _traced(_name))
 
 
+def create_inner(backend: str, opts: Any, backend_options: Any) -> Any:
+    """The real group a tracing group forwards to: what ``init_process_group(backend)``
+    would create for these options (a registered backend through its own creator, called
+    the way c10d calls it)."""
+    store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
+    if backend == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, size, options)
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+    plugin = dist.Backend._plugins[backend.upper()]
+    if plugin.extended_api:
+        return plugin.creator_fn(opts, backend_options)
+    return plugin.creator_fn(store, rank, size, timeout)
+
+
 def traced_backend(backend: str) -> str:
-    """Register (once) and return the name of the tracing variant of ``backend``."""
+    """Register (once) and return the name of the tracing variant of ``backend`` (gloo,
+    nccl, or a backend registered with ``Backend.register_backend``)."""
     name = f"traced_{backend}"
     if hasattr(dist.Backend, name.upper()):
         return name
 
-    def create(opts: Any, _backend_options: Any) -> dist.ProcessGroup:
+    def create(opts: Any, backend_options: Any) -> dist.ProcessGroup:
         # The extended creator: it is told the group's id and global ranks (an empty list
         # for the default group), which name the group alike on every rank.
-        store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
-        inner: Any
-        if backend == "nccl":
-            options = dist.ProcessGroupNCCL.Options()
-            options._timeout = timeout
-            inner = dist.ProcessGroupNCCL(store, rank, size, options)
-        else:
-            inner = dist.ProcessGroupGloo(store, rank, size, timeout)
-        ranks = list(opts.global_ranks_in_group) or list(range(size))
-        return TracingProcessGroup(inner, name, group_key=str(opts.group_id), ranks=ranks)
+        inner = create_inner(backend, opts, backend_options)
+        ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
+        return TracingProcessGroup(inner, name, group_key=str(opts.group_id), ranks=ranks,
+                                   real=backend)
 
-    devices = ["cuda"] if backend == "nccl" else ["cpu", "cuda"]
+    devices = [device for device, _ in device_backends(backend)]
     dist.Backend.register_backend(name, create, extended_api=True, devices=devices)
     return name

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddp_conformance.errors import UsageError
-from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
+from ddp_conformance.judge.verdict import BackendComparison, CheckFailure, Figure, Result, Verdict
 
 RESULTS_FILE = "results.jsonl"
 BENCH_FILE = "bench.json"
@@ -60,6 +60,8 @@ def result_from_json(data: dict[str, Any]) -> Result:
         checks_run=data.get("checks_run", []),
         costs={str(k): float(v) for k, v in (data.get("costs") or {}).items()},
         desync=data.get("desync", ""),
+        comparison=BackendComparison(**_known(BackendComparison, data["comparison"]))
+        if data.get("comparison") else None,
         **_known(Result, {"notes": data.get("notes", [])}))
 
 

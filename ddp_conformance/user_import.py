@@ -1,0 +1,44 @@
+"""Importing a user's module named on the command line (``--candidate``, ``--backend``).
+
+The current directory is importable, as with ``python -m``; a module that cannot be
+found, or raises while importing, is a usage error (exit 2, one line), never a traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+from ddp_conformance.errors import UsageError
+
+
+@contextlib.contextmanager
+def cwd_importable() -> Iterator[None]:
+    """Make the current directory importable, as ``python -m`` does."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def import_user_module(module_name: str, what: str) -> ModuleType:
+    """Import ``module_name`` for ``what`` (e.g. "candidate 'pkg.mod:DDP'"), or raise
+    :class:`UsageError` saying why it could not be imported."""
+    if not module_name:
+        raise UsageError(f"{what}: no module named before ':'")
+    try:
+        with cwd_importable():
+            return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"unknown {what}: cannot import {module_name!r} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - the user's own import-time error
+        raise UsageError(f"{what}: importing {module_name!r} raised "
+                         f"{type(exc).__name__}: {exc}") from None
