@@ -19,9 +19,9 @@ import time
 import torch
 
 from ddp_conformance.builtins._common import expectations_file
-from ddp_conformance.catalog.backend_needs import backend_lacks
+from ddp_conformance.catalog.backend_needs import BackendFeature, backend_lacks
 from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
-from ddp_conformance.collectives.case import CollectiveCase
+from ddp_conformance.collectives.case import CollectiveCase, Op
 from ddp_conformance.collectives.verdict import judge_collective
 from ddp_conformance.config import RunConfig
 from ddp_conformance.contract.backend import resolve_backend
@@ -51,6 +51,8 @@ REFERENCE = "reference"
 STRICT_CANDIDATES = frozenset({"torch", REFERENCE})
 #: The rank-side function of a collective check.
 RUN_COLLECTIVE = "ddp_conformance.collectives.execute:run_case"
+#: The collective checks whose N/A says the backend lacks what some scenarios need.
+FEATURE_CHECKS = {Op.SPARSE_ALLREDUCE: BackendFeature.SPARSE_ALLREDUCE}
 #: Expectations shipped for torch's own backends' known defects (collective checks).
 SHIPPED_BACKEND_EXPECTATIONS = {"gloo": "gloo-backend"}
 
@@ -83,6 +85,8 @@ class Runner:
                 compare_backend="none", expectations=None))
         self.pool: Pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
                                            fresh=config.pool == "fresh", spare=config.spare)
+        #: What the backend declined in this run's collective checks (its words).
+        self.declined: dict[BackendFeature, str] = {}
         #: The last scenario's records on this runner (None: it produced none).
         self.last_records: dict[int, RankRecord] | None = None
         self._oracles: dict[str, OracleRecord] = {}
@@ -140,7 +144,11 @@ class Runner:
         outcome = self.pool.run(job, self.config.timeout_s)
         self._costs.add_job(time.perf_counter() - job_started, outcome.handover_s, [])
         with self._costs.timing("checks"):
-            return judge_collective(case, result, outcome, self.config.timeout_s)
+            result = judge_collective(case, result, outcome, self.config.timeout_s)
+        feature = FEATURE_CHECKS.get(Op(case.op))
+        if feature is not None and result.verdict is Verdict.NA:
+            self.declined[feature] = result.reason
+        return result
 
     def _compare(self, scenario: Scenario, spec: str, result: Result) -> None:
         """Run the case on the comparison backend; record the two side by side."""
@@ -159,7 +167,7 @@ class Runner:
             return self._result(scenario, spec, Verdict.NA,
                                 f"candidate does not support backend {backend}")
         unsupported = (scenario.unsupported_backend(backend)
-                       or backend_lacks(scenario, backend, self.device_kind)
+                       or backend_lacks(scenario, backend, self.device_kind, self.declined)
                        or scenario.unsupported_world_size(ws))
         if unsupported:
             return self._result(scenario, spec, Verdict.NA, unsupported)

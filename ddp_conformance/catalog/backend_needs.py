@@ -6,9 +6,13 @@ sparse gradients. What a backend lacks is what torch itself refuses there, quote
 has no sparse allreduce (``ProcessGroupNCCL``: "NCCL does not support all_reduce with
 sparse tensors"; seen on an H100 with torch's own DDP and without the harness). Such a
 scenario is N/A on that backend for every candidate, torch's DDP included: a
-limitation of the backend is not a verdict on a DDP.
+limitation of the backend is not a verdict on a DDP. A custom backend says what it lacks
+itself: when its collective check of a feature (``collectives/sparse-allreduce-*``) is
+N/A, the backend's own words make the scenarios that need the feature N/A in that run.
 """
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -57,9 +61,11 @@ def backend_needs(scenario: Scenario) -> frozenset[BackendFeature]:
     return _NEEDS[key]
 
 
-def backend_lacks(scenario: Scenario, backend: str, device: str) -> str:
-    """Why ``backend`` on ``device`` cannot run ``scenario`` ('' if it can)."""
-    lacks = BACKEND_LACKS.get((backend, device), {})
+def backend_lacks(scenario: Scenario, backend: str, device: str,
+                  declined: Mapping[BackendFeature, str] | None = None) -> str:
+    """Why ``backend`` on ``device`` cannot run ``scenario`` ('' if it can). ``declined``:
+    what the backend itself declined in this run's collective checks, in its words."""
+    lacks = {**BACKEND_LACKS.get((backend, device), {}), **(declined or {})}
     missing = [f for f in backend_needs(scenario) if f in lacks]
     return "; ".join(f"backend {backend} lacks {f.value.replace('_', ' ')} ({lacks[f]})"
                      for f in sorted(missing))

@@ -187,3 +187,35 @@ def slowest_intro(results: list[Result], n: int) -> str:
     seconds = sum(r.duration_s for r in results)
     return (f"{what} ({seconds:.1f} s in all), seconds per phase. The reference DDP's run and "
             "the oracle are cached per scenario: each is charged to the case that ran it.")
+
+
+COMPARISON_HEADER_TAIL = ["bitwise", "max abs difference", "first difference"]
+
+
+def backend_comparison(results: list[Result]) -> tuple[str, list[str], list[list[str]]] | None:
+    """The backend comparison (``--compare-backend``): an intro line, a header and one row
+    per compared case (scenario, candidate, both verdicts, whether every gradient,
+    parameter and buffer was bitwise identical, the largest difference, where they first
+    differ); None when the run compared nothing."""
+    compared = [r for r in results if r.comparison is not None]
+    if not compared:
+        return None
+    ours, theirs = compared[0].backend, compared[0].comparison.backend  # type: ignore[union-attr]
+    rows, same, verdicts_differ = [], 0, 0
+    for r in compared:
+        c = r.comparison
+        assert c is not None
+        same += bool(c.bitwise)
+        verdicts_differ += _plain(r.verdict.value) != _plain(c.verdict)
+        bitwise = "-" if c.bitwise is None else "yes" if c.bitwise else "no"
+        rows.append([r.scenario, r.candidate, r.verdict.value, c.verdict, bitwise,
+                     fmt(c.max_abs), c.first_difference])
+    intro = (f"Every scenario also ran on {theirs}, same candidate, same data: {same} of "
+             f"{len(compared)} gave bitwise identical gradients, parameters and buffers on "
+             f"every rank and step; the verdicts differ in {verdicts_differ}.")
+    return intro, ["scenario", "candidate", ours, theirs, *COMPARISON_HEADER_TAIL], rows
+
+
+def _plain(verdict: str) -> str:
+    """A verdict without the expectations file's say (XFAIL is a FAIL, XPASS a PASS)."""
+    return {"XFAIL": "FAIL", "XPASS": "PASS"}.get(verdict, verdict)

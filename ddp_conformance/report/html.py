@@ -12,6 +12,7 @@ from . import plots
 from .common import (
     DIVERGENCE_HEADER,
     PER_PARAMETER_HEADER,
+    backend_comparison,
     count_verdicts,
     divergence_row,
     divergences,
@@ -93,6 +94,10 @@ def run_info_html(info: dict[str, Any]) -> str:
             ("world size", info.get("world_size")), ("CPUs", info.get("cpu_count")),
             ("host / platform", f"{info.get('host')} / {info.get('platform')}"),
             ("started", info.get("started"))]
+    if info.get("backend_spec"):
+        rows.append(("backend registered by", info["backend_spec"]))
+    if info.get("compare_backend"):
+        rows.append(("scenarios compared with", f"backend {info['compare_backend']}"))
     if "project_git" in info:
         rows.append(("ddp-conformance commit", git_line(info["project_git"])))
     for c in info.get("candidates", []):
@@ -238,6 +243,11 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
                                                     if kv[0] in COLOURS else 99)) + "</p>")
         parts.append(matrix_html(results))
         parts.append(slowest_html(results, slowest_count(info)))
+        comparison = backend_comparison(results)
+        if comparison is not None:
+            intro, header, rows = comparison
+            parts.append(f"<h2>Backend comparison: {esc(header[2])} and {esc(header[3])}</h2>"
+                         f"<p>{esc(intro)}</p>" + table(header, rows))
         bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
         if bad:
             parts.append("<h2>Failures, errors and expectations</h2>")

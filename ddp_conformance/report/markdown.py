@@ -9,6 +9,7 @@ from ddp_conformance.judge.verdict import Result, Verdict
 
 from .common import (
     DIVERGENCE_HEADER,
+    backend_comparison,
     count_verdicts,
     counts_line,
     divergence_row,
@@ -36,6 +37,10 @@ def run_header(info: dict[str, Any]) -> list[str]:
              f"CPUs, started {info.get('started')}"]
     if "project_git" in info:
         lines.append(f"ddp-conformance at {git_line(info['project_git'])}")
+    if info.get("backend_spec"):
+        lines.append(f"backend `{info['backend']}` registered by `{info['backend_spec']}`")
+    if info.get("compare_backend"):
+        lines.append(f"every scenario compared with backend {info['compare_backend']}")
     for c in info.get("candidates", []):
         extra = f", git {git_line(c['git'])}" if "git" in c else ""
         version = f" {c['version']}" if c.get("version") else ""
@@ -101,6 +106,11 @@ def markdown_summary(info: dict[str, Any], results: list[Result], notes: list[st
         header, rows = verdict_matrix(results)
         lines += [tabulate(rows, header, tablefmt="github"), ""]
         lines += slowest_markdown(results, slowest_count(info))
+        comparison = backend_comparison(results)
+        if comparison is not None:
+            intro, header, rows = comparison
+            lines += [f"## Backend comparison: {header[2]} and {header[3]}", "", intro, "",
+                      tabulate(rows, header, tablefmt="github", disable_numparse=True), ""]
     bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
     na = [r for r in results if r.verdict is Verdict.NA]
     if bad:
