@@ -12,7 +12,7 @@ Installing this package must never change another project's pytest run, so this 
 - turns a test module's ``SCENARIOS`` into items only when it is a list of
   :class:`~ddp_conformance.catalog.scenario.Scenario` (the files of ``suites/``, installed
   as ``ddp_conformance_suites``), and its ``COLLECTIVES`` only when it is a list of
-  :class:`~ddp_conformance.collectives.case.CollectiveCase` and the run checks the
+  :class:`~ddp_conformance.catalog.collective.CollectiveCase` and the run checks the
   backend's collectives (``--collectives``); the items, their session and their
   reporting live in :mod:`ddp_conformance.pytest_items`, imported then.
 
@@ -60,7 +60,7 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str,
     if name == "SCENARIOS":
         from ddp_conformance.catalog.scenario import Scenario as kind
     else:
-        from ddp_conformance.collectives.case import CollectiveCase as kind  # type: ignore[assignment]
+        from ddp_conformance.catalog.collective import CollectiveCase as kind  # type: ignore[assignment]
 
     if not isinstance(obj, (list, tuple)) or not obj or \
             not all(isinstance(s, kind) for s in obj):

@@ -6,7 +6,7 @@ run per scenario: neither depends on the candidate). The run loop around it, sha
 command line and the pytest plugin, is :mod:`ddp_conformance.session`.
 
 It also runs the backend's own collective checks (a
-:class:`~ddp_conformance.collectives.case.CollectiveCase`: the backend is the subject, no
+:class:`~ddp_conformance.catalog.collective.CollectiveCase`: the backend is the subject, no
 candidate), and, with a comparison backend (``--compare-backend``, Gloo by default for a
 custom backend), every scenario a second time on that backend's own pool, recording how
 far the two runs' records are apart (:mod:`ddp_conformance.judge.backend_diff`).
@@ -20,8 +20,8 @@ import torch
 
 from ddp_conformance.builtins._common import expectations_file
 from ddp_conformance.catalog.backend_needs import BackendFeature, backend_lacks
+from ddp_conformance.catalog.collective import CollectiveCase, Op
 from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
-from ddp_conformance.collectives.case import CollectiveCase, Op
 from ddp_conformance.collectives.verdict import judge_collective
 from ddp_conformance.config import RunConfig
 from ddp_conformance.contract.backend import resolve_backend
@@ -142,7 +142,9 @@ class Runner:
                   function=RUN_COLLECTIVE, args=(case, self.device_kind), trace=self.config.trace)
         job_started = time.perf_counter()
         outcome = self.pool.run(job, self.config.timeout_s)
-        self._costs.add_job(time.perf_counter() - job_started, outcome.handover_s, [])
+        # The ranks' collectives and comparisons are the job: charged to "steps".
+        self._costs.add("handover", outcome.handover_s)
+        self._costs.add("steps", time.perf_counter() - job_started - outcome.handover_s)
         with self._costs.timing("checks"):
             result = judge_collective(case, result, outcome, self.config.timeout_s)
         feature = FEATURE_CHECKS.get(Op(case.op))

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.catalog.loader import keyword_matcher, load_catalog, load_collectives
 from ddp_conformance.catalog.scenario import Scenario
-from ddp_conformance.collectives.case import CollectiveCase
 from ddp_conformance.config import RunConfig
 from ddp_conformance.errors import Interrupted, UsageError
 from ddp_conformance.judge.stability import Stability

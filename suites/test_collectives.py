@@ -4,7 +4,7 @@ Each case runs one operation with exact-valued data on every rank and compares t
 results bitwise (``ddp_conformance.collectives``). They run for a custom backend, or with
 ``--collectives on``; ``--collectives only`` runs nothing else.
 """
-from ddp_conformance.collectives.case import (
+from ddp_conformance.catalog.collective import (
     DTYPES,
     FLOAT_DTYPES,
     CollectiveCase,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddp_conformance.collectives.case import DTYPES, FLOAT_DTYPES, CollectiveCase, Op
+from ddp_conformance.catalog.collective import DTYPES, FLOAT_DTYPES, CollectiveCase, Op
 from ddp_conformance.collectives.execute import Mismatch, RankReport
 from ddp_conformance.collectives.values import bits, data, reduce
 from ddp_conformance.collectives.verdict import declines, judge_collective

@@ -197,7 +197,7 @@ class TestUsageErrors(expecttest.TestCase):
         self.assertExpectedInline(self.usage_error("--candidate", "tests.limited:Nope"), """ddp-conformance: error: unknown candidate 'tests.limited:Nope': 'tests.limited' has no attribute 'Nope'""")
 
     def test_unknown_backend(self) -> None:
-        self.assertExpectedInline(self.usage_error("--backend", "mpi"), """ddp-conformance: error: unknown backend 'mpi'; choose one of gloo, nccl""")
+        self.assertExpectedInline(self.usage_error("--backend", "mpi"), """ddp-conformance: error: unknown backend 'mpi'; choose gloo, nccl, or MODULE:NAME for a backend that MODULE registers with torch.distributed.Backend.register_backend""")
 
     def test_world_size_zero(self) -> None:
         self.assertExpectedInline(self.usage_error("--world-size", "0"), """ddp-conformance: error: --world-size must be at least 1, got 0""")

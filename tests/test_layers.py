@@ -9,11 +9,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ddp_conformance"
 
 #: Lowest first. A module may import its own layer and the layers before it.
 LAYERS: list[set[str]] = [
-    {"errors", "config", "options"},
+    {"errors", "config", "options", "user_import"},
     {"contract", "builtins"},
     {"catalog"},
     {"ranks"},
-    {"judge"},
+    {"judge", "collectives"},
     {"report", "bench"},
     {"runner"},
     {"session"},

@@ -10,8 +10,8 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.catalog.scenario import Scenario
-from ddp_conformance.collectives.case import CollectiveCase
 
 
 def _lists(name: str) -> list[Any]:

@@ -16,6 +16,7 @@ a harness defect is never reported as a gap of the backend.
 """
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from collections.abc import Callable
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ddp_conformance.collectives.case import (
+from ddp_conformance.catalog.collective import (
     ROOTED,
     CollectiveCase,
     Completion,
@@ -233,7 +234,7 @@ def _items(ctx: _Context) -> list[tuple[str, Callable[[], None]]]:
         for root in roots:
             name = f"{numel} element{'' if numel == 1 else 's'}" + \
                 ("" if root is None else f", root {root}")
-            items.append((name, lambda n=numel, r=root, name=name: runner(ctx, name, n, r)))
+            items.append((name, functools.partial(runner, ctx, name, numel, root)))
     return items
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ddp_conformance.collectives.case import CollectiveCase
+from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.collectives.execute import RankReport
 from ddp_conformance.judge.failures import failed_run
 from ddp_conformance.judge.verdict import CheckFailure, Result, Verdict

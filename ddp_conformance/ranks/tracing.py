@@ -216,9 +216,10 @@ class TracingProcessGroup(dist.ProcessGroup):
     ``backend_name``: what ``getBackendName`` answers (default ``traced_<inner's
     backend>``; a group created through a registered backend must answer the registered
     name). ``real``: the name ``inner``'s backend is registered under (default: what it
-    calls itself), which says the device types it serves. ``tracer``: default :data:`TRACER`. ``group_key`` and ``ranks``:
-    the group's id and global ranks, the same on every rank (given by :func:`traced_backend`;
-    without them the group's collectives are not streamed to the flight recorder).
+    calls itself), which says the device types it serves. ``tracer``: default
+    :data:`TRACER`. ``group_key`` and ``ranks``: the group's id and global ranks, the same
+    on every rank (given by :func:`traced_backend`; without them the group's collectives
+    are not streamed to the flight recorder).
     """
 
     def __init__(self, inner: dist.ProcessGroup | C10dBackend, backend_name: str | None = None,

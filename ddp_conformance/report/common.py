@@ -144,10 +144,13 @@ def slowest_count(info: dict[str, Any] | None) -> int:
 def slowest_cases(results: list[Result], n: int) -> tuple[list[str], list[list[str]]]:
     """The ``n`` slowest cases (0: all), slowest first: case, verdict, seconds, then the
     seconds of every cost column (:data:`~ddp_conformance.judge.costs.COLUMNS`) when a
-    listed case has costs ('-' for one without: a result written before costs existed)."""
+    listed case has costs ('-' for one without: a result written before costs existed);
+    ``comparison`` only in a run that compared backends."""
     ranked = sorted(results, key=lambda r: r.duration_s, reverse=True)
     listed = ranked[:n] if n else ranked
-    columns = COLUMNS if any(r.costs for r in listed) else ()
+    compared = any(r.comparison is not None for r in results)
+    columns = tuple(c for c in COLUMNS if c != "comparison" or compared) \
+        if any(r.costs for r in listed) else ()
     header = ["case", "verdict", "seconds", *columns]
     rows = [[_case_label(r), r.verdict.value, f"{r.duration_s:.3f}",
              *(f"{r.costs[c]:.3f}" if c in r.costs else "-" for c in columns)] for r in listed]
