@@ -158,11 +158,11 @@ def make_items(collector: pytest.Collector, scenarios: list[Scenario]) -> list[p
     """The items of one ``SCENARIOS`` list, validated as the loader validates the catalog."""
     from ddp_conformance.catalog.loader import validate
 
-    holder = _holder(collector.config)
+    _holder(collector.config)
     for scenario in scenarios:
         validate(scenario)
-    if not holder.session.config.runs_scenarios():
-        return []  # --collectives only
+    if collector.config.getoption("ddp_collectives") == "only":
+        return []
     candidates = collector.config.getoption("ddp_candidate") or ["torch"]
     return [ConformanceItem.from_parent(collector, name=f"{s.id}[{c}]", scenario=s, candidate=c)
             for s in scenarios for c in candidates]
@@ -171,11 +171,17 @@ def make_items(collector: pytest.Collector, scenarios: list[Scenario]) -> list[p
 def make_collective_items(collector: pytest.Collector,
                           cases: list[CollectiveCase]) -> list[pytest.Item]:
     """The items of one ``COLLECTIVES`` list, named ``<id>[<backend>]``, when the run checks
-    the backend's collectives (none otherwise)."""
-    session = _holder(collector.config).session
-    if not session.config.runs_collectives(session.runner.backend.custom):
+    the backend's collectives (none otherwise). Read from the options alone: a bad
+    ``--backend`` is said in one line when the session starts, at the end of collection."""
+    from ddp_conformance.config import RunConfig
+    from ddp_conformance.contract.backend import BUILTIN
+
+    _holder(collector.config)
+    spec = collector.config.getoption("ddp_backend") or "gloo"
+    collectives = collector.config.getoption("ddp_collectives") or "auto"
+    if not RunConfig(collectives=collectives).runs_collectives(spec not in BUILTIN):
         return []
-    backend = session.runner.backend.name
+    backend = spec.partition(":")[2].lower() if ":" in spec else spec
     return [ConformanceItem.from_parent(collector, name=f"{c.id}[{backend}]", scenario=c,
                                         candidate=backend) for c in cases]
 

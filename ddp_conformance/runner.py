@@ -77,9 +77,13 @@ class Runner:
         #: The same scenarios on a second backend, each on its own pool (None: no comparison).
         self.comparison: Runner | None = None
         compare = config.comparison_backend(self.backend.custom)
+        if pool is not None and config.compare_backend == "auto":
+            compare = ""  # under torchrun: one set of ranks, no second pool to compare on
         if compare and config.runs_scenarios():
             if pool is not None:
                 raise UsageError("--compare-backend runs a second rank pool: not under torchrun")
+            if resolve_backend(compare).name == self.backend.name:
+                raise UsageError(f"--compare-backend {compare}: that is the backend under test")
             self.comparison = Runner(dataclasses.replace(
                 config, backend=compare, device=self.device_kind, collectives="off",
                 compare_backend="none", expectations=None))

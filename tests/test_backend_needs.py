@@ -8,6 +8,7 @@ from torch import nn
 from ddp_conformance.catalog.backend_needs import BackendFeature, backend_lacks, backend_needs, model_needs
 from ddp_conformance.catalog.loader import load_catalog
 from ddp_conformance.catalog.procedure import build_module
+from ddp_conformance.contract.backend import resolve_backend
 from ddp_conformance.judge.verdict import Verdict
 from ddp_conformance.runner import Runner
 
@@ -50,13 +51,13 @@ def test_deriving_needs_leaves_the_random_stream_alone() -> None:
 
 def test_the_runner_reports_it_as_na_for_every_candidate(runner: Runner) -> None:
     """The runner's own path, as it would run on NCCL: the case is N/A before any job."""
-    config, device = runner.config, runner.device_kind
+    config, device, backend = runner.config, runner.device_kind, runner.backend
     runner.config = type(config)(**{**config.__dict__, "backend": "nccl"})
-    runner.device_kind = "cuda"
+    runner.device_kind, runner.backend = "cuda", resolve_backend("nccl")
     try:
         for spec in ("torch", "tests.limited:torch_ddp_factory"):
             result = runner.run_case(SPARSE, spec)
             assert result.verdict is Verdict.NA, (spec, result.reason)
             assert "NCCL does not support all_reduce with sparse tensors" in result.reason
     finally:
-        runner.config, runner.device_kind = config, device
+        runner.config, runner.device_kind, runner.backend = config, device, backend

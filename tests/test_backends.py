@@ -307,3 +307,14 @@ def test_pytest_runs_the_collective_checks_for_a_custom_backend(tmp_path: Path) 
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only",
          "suites/test_collectives.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "no tests collected" in plain.stdout, plain.stdout  # Gloo: not unless asked
+
+
+def test_a_backend_object_from_an_extended_creator_runs_too(tmp_path: Path) -> None:
+    """What a C++ extension registers: a ``Backend`` object, created with the extended API."""
+    out = cli("run", "--backend", "tests.backends.backend_object:backend_object",
+              "--compare-backend", "none", "--report-dir", str(tmp_path), "-k",
+              "allreduce-sum-float64 or alltoall-single-int32 or gradients/mlp-sgd")
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = _results(tmp_path)
+    assert results["collectives/allreduce-sum-float64[backend_object]"]["verdict"] == "PASS"
+    assert results["gradients/mlp-sgd[torch]"]["backend"] == "backend_object"
