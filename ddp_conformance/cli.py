@@ -51,6 +51,20 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser = sub.add_parser("run", help="run the catalog against one or more candidates")
     add_to_argparse(run_parser)
     sub.add_parser("list", help="list the catalog with what each scenario needs")
+    fuzz = sub.add_parser("fuzz", help="generated scenarios against one candidate, judged where "
+                                       "torch's DDP passes them; failures shrunk")
+    fuzz.add_argument("--candidate", required=True, metavar="SPEC", help="as for run (one)")
+    fuzz.add_argument("--budget", default="5m", metavar="TIME",
+                      help="how long to generate scenarios: 90s, 5m, 1h (default 5m)")
+    fuzz.add_argument("--shrink-budget", default="2m", metavar="TIME",
+                      help="how long to shrink a failure (default 2m)")
+    fuzz.add_argument("--seed", type=int, default=0, metavar="N",
+                      help="the same seed generates the same scenarios (default 0)")
+    fuzz.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
+    fuzz.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                      help="deadline of one case in seconds (default 30)")
+    fuzz.add_argument("--keep-going", action="store_true",
+                      help="after a failure, shrink it and go on until the budget is spent")
     add_report_parser(sub)
     add_bench_parser(sub)
     return parser
@@ -61,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return list_catalog(sys.stdout)
+        if args.command == "fuzz":
+            return fuzz(args, sys.stdout)
         if args.command in ("report", "bench"):
             return int(args.handler(args, sys.stdout))
         return run(args, sys.stdout)
@@ -83,6 +99,39 @@ def list_catalog(out: TextIO) -> int:
     out.write(tabulate(rows, ["scenario", "model", "needs", "world size", "description"],
                        tablefmt="simple", maxcolwidths=[None, None, 30, None, 60]) + "\n")
     return EXIT_OK
+
+
+def fuzz(args: argparse.Namespace, out: TextIO) -> int:
+    """``fuzz``: exit 1 when a torch-valid scenario fails the candidate, else 0."""
+    from ddp_conformance.config import RunConfig
+    from ddp_conformance.fuzz import Fuzzer, parse_duration
+
+    budget, shrink = parse_duration(args.budget), parse_duration(args.shrink_budget)
+    if args.world_size < 1:
+        raise UsageError(f"--world-size must be at least 1, got {args.world_size}")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    candidates = list(dict.fromkeys(["torch", args.candidate]))
+    config = RunConfig(candidates=candidates, world_size=args.world_size, timeout_s=args.timeout)
+    with Session(config) as session:
+        session.start()
+        fuzzer = Fuzzer(session, args.candidate, budget, args.seed, shrink, args.keep_going,
+                        progress=lambda line: (out.write(line + "\n"), out.flush()))
+        result = fuzzer.run()
+    aside = sum(result.set_aside.values())
+    out.write(f"fuzz {args.candidate}, seed {args.seed}, {args.world_size} ranks: {result.ran} "
+              f"scenarios in {result.seconds:.0f}s ({result.cases_per_second:.2f}/s); "
+              f"{result.passed} passed, {result.not_applicable} N/A, {aside} set aside, "
+              f"{len(result.findings)} failing\n")
+    for verdict, count in sorted(result.set_aside.items()):
+        out.write(f"set aside: torch's DDP {verdict} on {count}; the first: "
+                  f"{result.set_aside_examples[verdict]}\n")
+    for finding in result.findings:
+        out.write(f"FAILING: {finding.found.case_id}: {finding.found.verdict.value}: "
+                  f"{finding.found.summary_line()}\n")
+        out.write(f"shrunk in {finding.shrink_runs} runs to ({finding.shrunk_result.verdict.value}: "
+                  f"{finding.shrunk_result.summary_line()}):\n    {finding.literal()}\n")
+    return EXIT_FAILED if result.findings else EXIT_OK
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

@@ -1,0 +1,124 @@
+"""Generated scenarios: hypothesis strategies over the catalog's models, options, procedures.
+
+:func:`scenarios` draws a :class:`~ddp_conformance.catalog.scenario.Scenario` for one world
+size: a model of the catalog, steps, batch size, microbatches under ``no_sync`` or a sync
+strategy, optimizer, ``zero_grad`` both ways, per-rank initial weights, every DDP option
+(bucket caps down to tiny, ``gradient_as_bucket_view``, ``static_graph``,
+``find_unused_parameters``, ``broadcast_buffers``), a comm hook, Join with uneven inputs and
+both divisors. Every choice is ordered simplest first, so hypothesis shrinks a failing
+scenario towards the plain one (an MLP, one step, no options) and what remains in the
+shrunk scenario is what the failure needs.
+
+A generated scenario is judged only where torch's own DDP passes it (``fuzz``): the
+strategy may draw combinations torch refuses; they are set aside and counted, not filtered
+here (what torch refuses is worth knowing).
+
+Imported only by the fuzz command: hypothesis is not loaded for a conformance run.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from hypothesis import strategies as st
+
+from ddp_conformance.catalog.scenario import (
+    Accumulate,
+    CommHook,
+    Init,
+    JoinSpec,
+    Optimizer,
+    Scenario,
+    SyncStrategy,
+)
+
+#: Models a generated scenario may use, simplest first, with the least world size each
+#: needs to mean something (a parameter unused on rank 1 needs a rank 1).
+MODELS: tuple[tuple[str, int], ...] = (
+    ("mlp", 1), ("frozen", 1), ("tied", 1), ("used_twice", 1), ("many_tiny", 1),
+    ("one_large", 1), ("mixed_dtypes", 1), ("conv_bn", 1), ("embedding", 1),
+    ("nested_outputs", 1), ("unused_always_and_alternate", 1), ("unused_on_rank1", 2),
+    ("unused_first_on_rank1", 2), ("random_buffer", 1), ("sparse_embedding", 1),
+)
+#: ``bucket_cap_mb`` values: torch's default (not passed), 1 MB, and tiny (a bucket per
+#: parameter or smaller).
+BUCKET_CAPS: tuple[float | None, ...] = (None, 1.0, 0.0001)
+#: Comm hooks and the tolerance each needs (the catalog's argument, suites/test_comm_hooks.py:
+#: fp16_compress reduces in float16, u = 2**-11, so float16's rtol). PowerSGD is left out: it
+#: needs its own tolerance story per model, and torch hangs with it on tiny buckets on Gloo.
+HOOKS: tuple[tuple[CommHook | None, float | None], ...] = (
+    (None, None), (CommHook.ALLREDUCE, None), (CommHook.ALLREDUCE_TO_NEW_TENSOR, None),
+    (CommHook.FP16_COMPRESS, 4e-3),
+)
+
+
+def _maybe(value: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """None (option not passed: torch's default) first, then the values."""
+    return st.one_of(st.none(), value)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
+    """One generated scenario that means something at ``world_size``."""
+    model = draw(st.sampled_from([m for m, least in MODELS if least <= world_size]))
+    steps = draw(st.integers(1, 4))
+    batch_size = draw(st.integers(1, 5))
+    microbatches = draw(st.integers(1, 3))
+    accumulate, sync_strategy = Accumulate.SYNC_EACH, None
+    if microbatches > 1:
+        how = draw(st.sampled_from(["sync_each", "no_sync", *(s.value for s in SyncStrategy)]))
+        if how == "no_sync":
+            accumulate = Accumulate.NO_SYNC
+        elif how != "sync_each":
+            sync_strategy = SyncStrategy(how)
+    optimizer = draw(st.sampled_from([Optimizer.SGD, Optimizer.SGD_MOMENTUM, Optimizer.ADAM]))
+    options: dict[str, Any] = {}
+    cap = draw(st.sampled_from(BUCKET_CAPS))
+    if cap is not None:
+        options["bucket_cap_mb"] = cap
+    for name in ("gradient_as_bucket_view", "static_graph", "find_unused_parameters",
+                 "broadcast_buffers"):
+        value = draw(_maybe(st.booleans()))
+        if value is not None:
+            options[name] = value
+    hook, rtol = draw(st.sampled_from(HOOKS))
+    join = None
+    if world_size > 1 and steps > 1 and microbatches == 1 and draw(st.booleans()):
+        join = JoinSpec(fewer_steps_per_rank=draw(st.integers(1, 2)),
+                        divide_by_initial_world_size=draw(st.booleans()))
+    fields: dict[str, Any] = dict(
+        model=model, steps=steps, batch_size=batch_size, microbatches=microbatches,
+        accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,
+        zero_grad_set_to_none=not draw(st.booleans()), ddp_options=options,
+        init=draw(st.sampled_from([Init.SAME, Init.PER_RANK])), join=join, comm_hook=hook,
+        rtol=rtol, seed=draw(st.integers(0, 2**16)))
+    return Scenario(id=generated_id(fields), **fields)
+
+
+def generated_id(fields: dict[str, Any]) -> str:
+    """``fuzz/<digest>``: the same fields, the same id (the runner caches by id)."""
+    digest = hashlib.sha1(repr(sorted(fields.items())).encode()).hexdigest()[:10]
+    return f"fuzz/{fields['model']}-{digest}"
+
+
+#: Scenario fields as the catalog writes them, in that order; a field at its default is
+#: left out of the literal.
+_LITERAL_ORDER = ("model", "steps", "batch_size", "microbatches", "accumulate", "sync_strategy",
+                  "optimizer", "lr", "zero_grad_set_to_none", "ddp_options", "init", "join",
+                  "comm_hook", "rtol", "seed")
+
+
+def scenario_literal(scenario: Scenario, scenario_id: str = "") -> str:
+    """The ``Scenario(...)`` to paste into a ``suites/`` file (fields at their defaults
+    left out; enum fields by value, as the catalog writes them)."""
+    defaults = Scenario("x", "mlp")
+    args = [repr(scenario_id or scenario.id)]
+    for name in _LITERAL_ORDER:
+        value = getattr(scenario, name)
+        if name != "model" and value == getattr(defaults, name):
+            continue
+        if hasattr(value, "value") and isinstance(value.value, str):
+            value = value.value
+        text = repr(value)
+        args.append(text if name == "model" else f"{name}={text}")
+    return "Scenario(" + ", ".join(args) + ")"

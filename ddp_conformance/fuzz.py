@@ -1,0 +1,193 @@
+"""``ddp-conformance fuzz``: generated scenarios, judged only where torch's DDP passes them.
+
+SPEC.md, "Beyond the catalog". The loop draws scenarios from
+:func:`~ddp_conformance.catalog.strategies.scenarios` with hypothesis, in rounds of
+:data:`ROUND` examples, each round seeded from ``--seed`` and its number, until the budget
+is spent:
+
+1. **torch first**: torch's own DDP runs the scenario (every check, the reference
+   included). Where it does not pass, the scenario is *set aside* and counted with
+   torch's verdict: it judges nothing (a generated combination torch refuses, or a
+   defect of torch worth a look, which the summary lists).
+2. **the candidate** runs the torch-valid scenario. FAIL, ERROR, TIMEOUT or CRASH is a
+   finding; N/A (a capability the candidate lacks) counts as such.
+3. **shrinking**: hypothesis's shrinker minimises a finding, every step a real run, within
+   ``--shrink-budget``; the smallest scenario that still fails (torch still passing it) is
+   printed as a ``Scenario(...)`` literal to paste into ``suites/``.
+
+The same seed gives the same scenarios in the same order (hypothesis's database is off);
+what happens on them is the ranks' business. Every case runs on one
+:class:`~ddp_conformance.session.Session`, so the pool, the oracles and torch's verdicts
+are shared: a scenario is never run twice for the same candidate.
+"""
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample
+
+from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.catalog.strategies import scenario_literal, scenarios
+from ddp_conformance.errors import UsageError
+from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.session import Session
+
+#: Examples per hypothesis round: small, so that the budget is checked between rounds
+#: without generating many examples that are then skipped.
+ROUND = 20
+TORCH = "torch"
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``5m``, ``1h`` to seconds; a one-line usage error otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(f"a duration must be a positive number of seconds, or end in s, m or "
+                         f"h (90s, 5m, 1h); got {text!r}")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+@dataclass
+class Finding:
+    """A torch-valid scenario the candidate fails, and its shrunk form."""
+
+    found: Result
+    shrunk: Scenario
+    shrunk_result: Result
+    shrink_runs: int
+
+    def literal(self) -> str:
+        return scenario_literal(self.shrunk, "fuzz/shrunk-" + self.shrunk.id.rsplit("-", 1)[-1])
+
+
+@dataclass
+class FuzzRun:
+    """What one fuzz run saw."""
+
+    candidate: str
+    seed: int
+    world_size: int
+    budget_s: float
+    ran: int = 0
+    passed: int = 0
+    not_applicable: int = 0
+    #: Scenarios torch itself does not pass: torch's verdict, and a count.
+    set_aside: Counter[str] = field(default_factory=Counter)
+    #: One example of each, for a look: verdict -> the first scenario and why.
+    set_aside_examples: dict[str, str] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def cases_per_second(self) -> float:
+        return self.ran / self.seconds if self.seconds else 0.0
+
+
+class Fuzzer:
+    """Runs the loop of the module docstring on ``session`` (its config names the candidate;
+    torch is run as well, for validity)."""
+
+    def __init__(self, session: Session, candidate: str, budget_s: float, seed: int = 0,
+                 shrink_budget_s: float = 120.0, keep_going: bool = False,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.session = session
+        self.candidate = candidate
+        self.budget_s = budget_s
+        self.seed = seed
+        self.shrink_budget_s = shrink_budget_s
+        self.keep_going = keep_going
+        self.progress = progress or (lambda line: None)
+        self.run_state = FuzzRun(candidate, seed, session.config.world_size, budget_s)
+        self._verdicts: dict[tuple[str, str], Result] = {}
+        self._ends = 0.0
+        self._shrinking_until: float | None = None
+        self._shrink_runs = 0
+        self._last_failure: tuple[Scenario, Result] | None = None
+
+    # -- one scenario -------------------------------------------------------------------
+
+    def case(self, scenario: Scenario, spec: str) -> Result:
+        """The verdict of ``scenario`` for ``spec``, run at most once."""
+        key = (scenario.id, spec)
+        if key not in self._verdicts:
+            self._verdicts[key] = self.session.run_case(scenario, spec)
+        return self._verdicts[key]
+
+    def fails(self, scenario: Scenario) -> bool:
+        """Whether the candidate fails ``scenario`` where torch passes it (the condition
+        hypothesis searches for and shrinks)."""
+        now = time.monotonic()
+        shrinking = self._shrinking_until is not None
+        if (shrinking and now > self._shrinking_until) or (not shrinking and now > self._ends):
+            return False  # out of budget: generate and shrink nothing more
+        if shrinking:
+            self._shrink_runs += 1
+        else:
+            self.run_state.ran += 1
+        torch_result = self.case(scenario, TORCH)
+        if torch_result.verdict is not Verdict.PASS:
+            if not shrinking:
+                self._set_aside(scenario, torch_result)
+            return False
+        result = torch_result if self.candidate == TORCH else self.case(scenario, self.candidate)
+        if not result.verdict.unexpected:
+            if not shrinking:
+                self.run_state.passed += result.verdict is Verdict.PASS
+                self.run_state.not_applicable += result.verdict is Verdict.NA
+            return False
+        self._last_failure = (scenario, result)
+        if not shrinking:
+            self._shrinking_until = now + self.shrink_budget_s
+            self.progress(f"found: {result.case_id}: {result.verdict.value}: "
+                          f"{result.summary_line()}; shrinking (up to "
+                          f"{self.shrink_budget_s:.0f}s)")
+        return True
+
+    def _set_aside(self, scenario: Scenario, result: Result) -> None:
+        verdict = result.verdict.value
+        self.run_state.set_aside[verdict] += 1
+        self.run_state.set_aside_examples.setdefault(
+            verdict, f"{scenario_literal(scenario)}: {result.summary_line()}")
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self) -> FuzzRun:
+        started = time.monotonic()
+        self._ends = started + self.budget_s
+        strategy = scenarios(self.session.config.world_size)
+        config = settings(max_examples=ROUND, database=None, deadline=None,
+                          phases=(Phase.generate, Phase.shrink),
+                          suppress_health_check=list(HealthCheck))
+        round_number = 0
+        while time.monotonic() < self._ends:
+            self._shrinking_until, self._shrink_runs, self._last_failure = None, 0, None
+            try:
+                shrunk = find(strategy, self.fails, settings=config,
+                              random=random.Random(self.seed * 1_000_003 + round_number))
+            except NoSuchExample:
+                shrunk = None
+            round_number += 1
+            if shrunk is not None:
+                result = self.case(shrunk, self.candidate if self.candidate != TORCH else TORCH)
+                assert self._last_failure is not None
+                self.run_state.findings.append(Finding(self._last_failure[1], shrunk, result,
+                                                       self._shrink_runs))
+                if not self.keep_going:
+                    break
+            self.progress(self.status_line(started))
+        self.run_state.seconds = time.monotonic() - started
+        return self.run_state
+
+    def status_line(self, started: float) -> str:
+        s = self.run_state
+        left = max(0.0, self._ends - time.monotonic())
+        aside = sum(s.set_aside.values())
+        return (f"fuzz {self.candidate}: {s.ran} scenarios, {s.passed} passed, "
+                f"{s.not_applicable} N/A, {aside} set aside (torch does not pass them), "
+                f"{len(s.findings)} failing; {time.monotonic() - started:.0f}s, {left:.0f}s left")
