@@ -115,8 +115,12 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
     config = RunConfig(candidates=candidates, world_size=args.world_size, timeout_s=args.timeout)
     with Session(config) as session:
         session.start()
+        def progress(line: str) -> None:
+            out.write(line + "\n")
+            out.flush()
+
         fuzzer = Fuzzer(session, args.candidate, budget, args.seed, shrink, args.keep_going,
-                        progress=lambda line: (out.write(line + "\n"), out.flush()))
+                        progress=progress)
         result = fuzzer.run()
     aside = sum(result.set_aside.values())
     out.write(f"fuzz {args.candidate}, seed {args.seed}, {args.world_size} ranks: {result.ran} "

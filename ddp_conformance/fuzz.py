@@ -40,7 +40,7 @@ from ddp_conformance.session import Session
 
 #: Examples per hypothesis round: small, so that the budget is checked between rounds
 #: without generating many examples that are then skipped.
-ROUND = 20
+ROUND = 100
 TORCH = "torch"
 
 
@@ -95,7 +95,10 @@ class Fuzzer:
 
     def __init__(self, session: Session, candidate: str, budget_s: float, seed: int = 0,
                  shrink_budget_s: float = 120.0, keep_going: bool = False,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None,
+                 verdicts: dict[tuple[str, str], Result] | None = None) -> None:
+        """``verdicts``: results already known, by (scenario id, candidate spec), shared
+        between fuzzers of one session (torch's, when several candidates are fuzzed)."""
         self.session = session
         self.candidate = candidate
         self.budget_s = budget_s
@@ -104,7 +107,8 @@ class Fuzzer:
         self.keep_going = keep_going
         self.progress = progress or (lambda line: None)
         self.run_state = FuzzRun(candidate, seed, session.config.world_size, budget_s)
-        self._verdicts: dict[tuple[str, str], Result] = {}
+        self._verdicts: dict[tuple[str, str], Result] = {} if verdicts is None else verdicts
+        self._answers: dict[str, bool] = {}
         self._ends = 0.0
         self._shrinking_until: float | None = None
         self._shrink_runs = 0
@@ -121,10 +125,17 @@ class Fuzzer:
 
     def fails(self, scenario: Scenario) -> bool:
         """Whether the candidate fails ``scenario`` where torch passes it (the condition
-        hypothesis searches for and shrinks)."""
+        hypothesis searches for and shrinks). A scenario once answered keeps its answer
+        (hypothesis replays the smallest one, and calls a changed answer flaky); one drawn
+        after the budget is spent is answered False without a run."""
+        if scenario.id not in self._answers:
+            self._answers[scenario.id] = self._fails(scenario)
+        return self._answers[scenario.id]
+
+    def _fails(self, scenario: Scenario) -> bool:
         now = time.monotonic()
         shrinking = self._shrinking_until is not None
-        if (shrinking and now > self._shrinking_until) or (not shrinking and now > self._ends):
+        if now > (self._ends if self._shrinking_until is None else self._shrinking_until):
             return False  # out of budget: generate and shrink nothing more
         if shrinking:
             self._shrink_runs += 1

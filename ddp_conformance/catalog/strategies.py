@@ -39,7 +39,20 @@ MODELS: tuple[tuple[str, int], ...] = (
     ("one_large", 1), ("mixed_dtypes", 1), ("conv_bn", 1), ("embedding", 1),
     ("nested_outputs", 1), ("unused_always_and_alternate", 1), ("unused_on_rank1", 2),
     ("unused_first_on_rank1", 2), ("random_buffer", 1), ("sparse_embedding", 1),
+    ("dyadic", 1), ("fp16_overflow", 2),
 )
+#: Exact-valued models (every sum exact in any order: the candidate must match the oracle
+#: bitwise) and the learning rate that keeps their updates exact, as in the catalog
+#: (suites/test_gradients.py). They train with plain SGD and no compressing hook: momentum,
+#: Adam and float16 compression leave the dyadic numbers.
+EXACT_LR: dict[str, float] = {"dyadic": 0.0625, "fp16_overflow": 2.0**-16}
+#: Models with a parameter unused on some iteration or rank: torch's DDP refuses them without
+#: ``find_unused_parameters`` or ``static_graph`` by design ("Expected to have finished
+#: reduction"; the catalog's errors/ scenarios check that), so a generated one sets one of
+#: the two. Sparse gradients take plain SGD (torch's Adam refuses them, by design too).
+UNUSED_MODELS = frozenset({"unused_always_and_alternate", "unused_on_rank1",
+                           "unused_first_on_rank1"})
+SPARSE_MODELS = frozenset({"sparse_embedding"})
 #: ``bucket_cap_mb`` values: torch's default (not passed), 1 MB, and tiny (a bucket per
 #: parameter or smaller).
 BUCKET_CAPS: tuple[float | None, ...] = (None, 1.0, 0.0001)
@@ -64,14 +77,18 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
     steps = draw(st.integers(1, 4))
     batch_size = draw(st.integers(1, 5))
     microbatches = draw(st.integers(1, 3))
+    # Every choice is drawn whether it is used or not, so that the draws keep their places
+    # when another one shrinks (the shrinker then reaches the simplest scenario).
+    how = draw(st.sampled_from(["sync_each", "no_sync", *(s.value for s in SyncStrategy)]))
     accumulate, sync_strategy = Accumulate.SYNC_EACH, None
-    if microbatches > 1:
-        how = draw(st.sampled_from(["sync_each", "no_sync", *(s.value for s in SyncStrategy)]))
-        if how == "no_sync":
-            accumulate = Accumulate.NO_SYNC
-        elif how != "sync_each":
-            sync_strategy = SyncStrategy(how)
+    if microbatches > 1 and how == "no_sync":
+        accumulate = Accumulate.NO_SYNC
+    elif microbatches > 1 and how != "sync_each":
+        sync_strategy = SyncStrategy(how)
+    exact = model in EXACT_LR
     optimizer = draw(st.sampled_from([Optimizer.SGD, Optimizer.SGD_MOMENTUM, Optimizer.ADAM]))
+    if exact or model in SPARSE_MODELS:
+        optimizer = Optimizer.SGD
     options: dict[str, Any] = {}
     cap = draw(st.sampled_from(BUCKET_CAPS))
     if cap is not None:
@@ -81,17 +98,23 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         value = draw(_maybe(st.booleans()))
         if value is not None:
             options[name] = value
+    if model in UNUSED_MODELS and not options.get("static_graph"):
+        options["find_unused_parameters"] = True
     hook, rtol = draw(st.sampled_from(HOOKS))
+    if exact and rtol is not None:  # a compressing hook leaves the exact numbers
+        hook, rtol = None, None
+    uneven, fewer, divide = draw(st.booleans()), draw(st.integers(1, 2)), draw(st.booleans())
     join = None
-    if world_size > 1 and steps > 1 and microbatches == 1 and draw(st.booleans()):
-        join = JoinSpec(fewer_steps_per_rank=draw(st.integers(1, 2)),
-                        divide_by_initial_world_size=draw(st.booleans()))
+    if uneven and world_size > 1 and steps > 1 and microbatches == 1:
+        join = JoinSpec(fewer_steps_per_rank=fewer, divide_by_initial_world_size=not divide)
     fields: dict[str, Any] = dict(
         model=model, steps=steps, batch_size=batch_size, microbatches=microbatches,
         accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,
         zero_grad_set_to_none=not draw(st.booleans()), ddp_options=options,
         init=draw(st.sampled_from([Init.SAME, Init.PER_RANK])), join=join, comm_hook=hook,
         rtol=rtol, seed=draw(st.integers(0, 2**16)))
+    if exact:
+        fields.update(exact=True, lr=EXACT_LR[model])
     return Scenario(id=generated_id(fields), **fields)
 
 
@@ -103,9 +126,9 @@ def generated_id(fields: dict[str, Any]) -> str:
 
 #: Scenario fields as the catalog writes them, in that order; a field at its default is
 #: left out of the literal.
-_LITERAL_ORDER = ("model", "steps", "batch_size", "microbatches", "accumulate", "sync_strategy",
-                  "optimizer", "lr", "zero_grad_set_to_none", "ddp_options", "init", "join",
-                  "comm_hook", "rtol", "seed")
+_LITERAL_ORDER = ("model", "exact", "lr", "steps", "batch_size", "microbatches", "accumulate",
+                  "sync_strategy", "optimizer", "zero_grad_set_to_none", "ddp_options", "init",
+                  "join", "comm_hook", "rtol", "seed")
 
 
 def scenario_literal(scenario: Scenario, scenario_id: str = "") -> str:

@@ -1,0 +1,125 @@
+"""``ddp-conformance fuzz``: generated scenarios, torch-validity, shrinking, the literal."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ddp_conformance.catalog.loader import validate
+from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.catalog.strategies import EXACT_LR, scenario_literal, scenarios
+from ddp_conformance.errors import UsageError
+from ddp_conformance.fuzz import Fuzzer, parse_duration
+from ddp_conformance.judge.verdict import Result, Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_generated_scenarios_are_valid_and_their_literal_rebuilds_them(data: st.DataObject) -> None:
+    world_size = data.draw(st.integers(1, 4))
+    scenario = data.draw(scenarios(world_size))
+    validate(scenario)  # the loader's checks: a known model
+    namespace: dict[str, object] = {}
+    exec("from ddp_conformance import Scenario, JoinSpec", namespace)  # noqa: S102
+    rebuilt = eval(scenario_literal(scenario), namespace)  # noqa: S307 - the literal under test
+    assert rebuilt == scenario
+    if scenario.join is not None:
+        assert world_size > 1 and scenario.microbatches == 1
+    if scenario.model in EXACT_LR:
+        assert scenario.exact and scenario.optimizer.value == "sgd" and scenario.rtol is None
+
+
+def _draws(seed: int, n: int) -> list[str]:
+    """The first ``n`` scenario ids the fuzzer's strategy draws for ``seed``."""
+    from hypothesis import find
+
+    seen: list[str] = []
+
+    def note(s: Scenario) -> bool:
+        seen.append(s.id)
+        return len(seen) >= n
+
+    find(scenarios(2), note, settings=settings(max_examples=n, database=None),
+         random=random.Random(seed))
+    return seen
+
+
+def test_the_same_seed_draws_the_same_scenarios() -> None:
+    assert _draws(3, 30) == _draws(3, 30)
+    assert _draws(3, 30) != _draws(4, 30)
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("5m", 300), ("1.5h", 5400)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5m", "5 minutes", "m"])
+def test_bad_durations_are_usage_errors(text: str) -> None:
+    with pytest.raises(UsageError, match="duration"):
+        parse_duration(text)
+
+
+class _Session:
+    """A stand-in for the session: verdicts by rule, no ranks (the loop's logic only)."""
+
+    def __init__(self, fails_when: str, torch_fails_when: str = "") -> None:
+        self.config = type("C", (), {"world_size": 2})()
+        self.fails_when, self.torch_fails_when = fails_when, torch_fails_when
+        self.runs: list[tuple[str, str]] = []
+
+    def run_case(self, scenario: Scenario, spec: str) -> Result:
+        self.runs.append((scenario.id, spec))
+        rule = self.torch_fails_when if spec == "torch" else self.fails_when
+        bad = bool(rule) and eval(rule, {"s": scenario})  # noqa: S307 - the test's own rule
+        return Result(scenario.id, spec, Verdict.FAIL if bad else Verdict.PASS, 2, "gloo", "cpu")
+
+
+def test_a_failure_is_shrunk_to_what_it_needs() -> None:
+    session = _Session("s.steps >= 2 and s.ddp_options.get('bucket_cap_mb') == 0.0001")
+    run = Fuzzer(session, "cand", budget_s=60, seed=1, shrink_budget_s=60).run()  # type: ignore[arg-type]
+    assert len(run.findings) == 1
+    shrunk = run.findings[0].shrunk
+    assert shrunk.steps == 2 and shrunk.ddp_options == {"bucket_cap_mb": 0.0001}
+    assert shrunk.model == "mlp" and shrunk.microbatches == 1 and shrunk.comm_hook is None
+    # Each scenario ran at most once per candidate.
+    assert len(session.runs) == len(set(session.runs))
+
+
+def test_scenarios_torch_does_not_pass_are_set_aside_never_judged() -> None:
+    session = _Session("s.model == 'tied'", torch_fails_when="s.model == 'tied'")
+    run = Fuzzer(session, "cand", budget_s=3, seed=0).run()  # type: ignore[arg-type]
+    assert not run.findings and run.set_aside["FAIL"] > 0
+    judged = {sid for sid, spec in session.runs if spec == "cand"}
+    assert not any("/tied-" in sid for sid in judged)
+
+
+def test_fuzzing_torch_itself_runs_each_scenario_once_and_finds_nothing() -> None:
+    session = _Session("", torch_fails_when="s.steps == 4")
+    run = Fuzzer(session, "torch", budget_s=2, seed=0).run()  # type: ignore[arg-type]
+    assert not run.findings and run.ran > 0
+    assert all(spec == "torch" for _, spec in session.runs)
+
+
+def test_fuzz_finds_and_shrinks_a_mutant_on_real_ranks() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ddp_conformance", "fuzz", "--candidate",
+         "tests.mutants.sync:NoSyncIgnored", "--budget", "60s", "--shrink-budget", "30s"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    literal = next(line.strip() for line in out.stdout.splitlines()
+                   if line.strip().startswith("Scenario('fuzz/shrunk-"))
+    assert "accumulate='no_sync'" in literal and "microbatches=2" in literal, literal
+
+
+def test_fuzz_usage_errors_are_one_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "ddp_conformance", "fuzz", "--candidate", "torch",
+                          "--budget", "soon"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
