@@ -65,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="deadline of one case in seconds (default 30)")
     fuzz.add_argument("--keep-going", action="store_true",
                       help="after a failure, shrink it and go on until the budget is spent")
+    repro = sub.add_parser("repro", help="write a standalone script (torch and the candidate "
+                                         "only, run with torchrun) that reproduces a case")
+    repro.add_argument("case", metavar="CASE",
+                       help="a catalog scenario id, or a Scenario(...) literal as fuzz prints it")
+    repro.add_argument("--candidate", required=True, metavar="SPEC",
+                       help="module:attr, a callable with DDP's constructor (or torch)")
+    repro.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
+    repro.add_argument("--out", default=os.path.join("reports", "repro"), metavar="DIR",
+                       help="where the script goes (default reports/repro)")
     add_report_parser(sub)
     add_bench_parser(sub)
     return parser
@@ -77,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             return list_catalog(sys.stdout)
         if args.command == "fuzz":
             return fuzz(args, sys.stdout)
+        if args.command == "repro":
+            return repro(args, sys.stdout)
         if args.command in ("report", "bench"):
             return int(args.handler(args, sys.stdout))
         return run(args, sys.stdout)
@@ -98,6 +109,19 @@ def list_catalog(out: TextIO) -> int:
             for s in load_catalog()]
     out.write(tabulate(rows, ["scenario", "model", "needs", "world size", "description"],
                        tablefmt="simple", maxcolwidths=[None, None, 30, None, 60]) + "\n")
+    return EXIT_OK
+
+
+def repro(args: argparse.Namespace, out: TextIO) -> int:
+    """``repro``: write the script; print its path and how to run it."""
+    from ddp_conformance.repro import parse_case, write_file, write_script
+
+    if args.world_size < 1:
+        raise UsageError(f"--world-size must be at least 1, got {args.world_size}")
+    scenario = parse_case(args.case)
+    path = write_file(write_script(scenario, args.candidate, args.world_size), scenario, args.out)
+    out.write(f"{path}\nrun: torchrun --standalone --nproc-per-node {args.world_size} {path}   "
+              f"(--ddp torch: the same with torch's DDP)\n")
     return EXIT_OK
 
 
@@ -135,7 +159,22 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
                   f"{finding.found.summary_line()}\n")
         out.write(f"shrunk in {finding.shrink_runs} runs to ({finding.shrunk_result.verdict.value}: "
                   f"{finding.shrunk_result.summary_line()}):\n    {finding.literal()}\n")
+        out.write(f"reproducer: {reproducer(finding, args)}\n")
     return EXIT_FAILED if result.findings else EXIT_OK
+
+
+def reproducer(finding: object, args: argparse.Namespace) -> str:
+    """Write the standalone reproducer of a fuzz finding; its path (or why there is none)."""
+    from ddp_conformance.fuzz import Finding
+    from ddp_conformance.repro import write_file, write_script
+
+    assert isinstance(finding, Finding)
+    try:
+        script = write_script(finding.shrunk, args.candidate, args.world_size)
+    except UsageError as exc:
+        return f"none ({exc})"
+    path = write_file(script, finding.shrunk, os.path.join("reports", "repro"))
+    return f"{path} (torchrun --standalone --nproc-per-node {args.world_size} {path})"
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
