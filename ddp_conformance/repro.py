@@ -85,8 +85,8 @@ def model_source(model: str) -> str:
     needed: set[str] = set()
     pending: list[ast.AST] = [registration]
     while pending:
-        node = pending.pop()
-        for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
+        current = pending.pop()
+        for name in {n.id for n in ast.walk(current) if isinstance(n, ast.Name)}:
             if name in defined and name not in needed and name not in ("MODELS",):
                 needed.add(name)
                 pending.append(defined[name])
