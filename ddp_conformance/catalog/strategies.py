@@ -2,7 +2,8 @@
 
 :func:`scenarios` draws a :class:`~ddp_conformance.catalog.scenario.Scenario` for one world
 size: a model of the catalog, steps, batch size, microbatches under ``no_sync`` or a sync
-strategy, optimizer, ``zero_grad`` both ways, per-rank initial weights, every DDP option
+strategy, optimizer, ``zero_grad`` both ways, per-rank initial weights, DDP process
+groups (a group leaving a rank idle, groups side by side), every DDP option
 (bucket caps down to tiny, ``gradient_as_bucket_view``, ``static_graph``,
 ``find_unused_parameters``, ``broadcast_buffers``), a comm hook, Join with uneven inputs and
 both divisors. Every choice is ordered simplest first, so hypothesis shrinks a failing
@@ -65,6 +66,15 @@ HOOKS: tuple[tuple[CommHook | None, float | None], ...] = (
 )
 
 
+#: DDP process groups a generated scenario may train in, per world size (None: the world):
+#: a group that leaves a rank idle, and groups side by side (``new_group`` on every rank).
+GROUPS: dict[int, tuple[tuple[tuple[int, ...], ...] | None, ...]] = {
+    2: (None, ((1,),), ((0,),)),
+    3: (None, ((1, 2),), ((0, 1),)),
+    4: (None, ((0, 1), (2, 3)), ((1, 2, 3),)),
+}
+
+
 def _maybe(value: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """None (option not passed: torch's default) first, then the values."""
     return st.one_of(st.none(), value)
@@ -103,6 +113,7 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
     hook, rtol = draw(st.sampled_from(HOOKS))
     if exact and rtol is not None:  # a compressing hook leaves the exact numbers
         hook, rtol = None, None
+    groups = draw(st.sampled_from(GROUPS.get(world_size, (None,))))
     uneven, fewer, divide = draw(st.booleans()), draw(st.integers(1, 2)), draw(st.booleans())
     join = None
     if uneven and world_size > 1 and steps > 1 and microbatches == 1:
@@ -112,7 +123,7 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,
         zero_grad_set_to_none=not draw(st.booleans()), ddp_options=options,
         init=draw(st.sampled_from([Init.SAME, Init.PER_RANK])), join=join, comm_hook=hook,
-        rtol=rtol, seed=draw(st.integers(0, 2**16)))
+        rtol=rtol, seed=draw(st.integers(0, 2**16)), groups=groups)
     if exact:
         fields.update(exact=True, lr=EXACT_LR[model])
     return Scenario(id=generated_id(fields), **fields)
@@ -128,7 +139,7 @@ def generated_id(fields: dict[str, Any]) -> str:
 #: left out of the literal.
 _LITERAL_ORDER = ("model", "exact", "lr", "steps", "batch_size", "microbatches", "accumulate",
                   "sync_strategy", "optimizer", "zero_grad_set_to_none", "ddp_options", "init",
-                  "join", "comm_hook", "rtol", "seed")
+                  "join", "comm_hook", "rtol", "groups", "seed")
 
 
 def scenario_literal(scenario: Scenario, scenario_id: str = "") -> str:
