@@ -75,6 +75,10 @@ GROUPS: dict[int, tuple[tuple[tuple[int, ...], ...] | None, ...]] = {
 }
 
 
+#: What DDP raises on a second ``register_comm_hook`` (the catalog's errors/ scenario).
+TWICE_ERROR = r"can only be called once"
+
+
 def _maybe(value: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """None (option not passed: torch's default) first, then the values."""
     return st.one_of(st.none(), value)
@@ -113,6 +117,9 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
     hook, rtol = draw(st.sampled_from(HOOKS))
     if exact and rtol is not None:  # a compressing hook leaves the exact numbers
         hook, rtol = None, None
+    # Now and then the hook is registered twice: DDP must refuse the second on every rank
+    # (torch: "register_comm_hook must only be called once"), as errors/ checks.
+    twice = draw(st.integers(0, 3)) == 3 and hook is not None
     groups = draw(st.sampled_from(GROUPS.get(world_size, (None,))))
     uneven, fewer, divide = draw(st.booleans()), draw(st.integers(1, 2)), draw(st.booleans())
     join = None
@@ -124,6 +131,8 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         zero_grad_set_to_none=not draw(st.booleans()), ddp_options=options,
         init=draw(st.sampled_from([Init.SAME, Init.PER_RANK])), join=join, comm_hook=hook,
         rtol=rtol, seed=draw(st.integers(0, 2**16)), groups=groups)
+    if twice:
+        fields.update(comm_hook_registrations=2, expect_error=TWICE_ERROR)
     if exact:
         fields.update(exact=True, lr=EXACT_LR[model])
     return Scenario(id=generated_id(fields), **fields)
@@ -139,7 +148,8 @@ def generated_id(fields: dict[str, Any]) -> str:
 #: left out of the literal.
 _LITERAL_ORDER = ("model", "exact", "lr", "steps", "batch_size", "microbatches", "accumulate",
                   "sync_strategy", "optimizer", "zero_grad_set_to_none", "ddp_options", "init",
-                  "join", "comm_hook", "rtol", "groups", "seed")
+                  "join", "comm_hook", "comm_hook_registrations", "expect_error", "rtol",
+                  "groups", "seed")
 
 
 def scenario_literal(scenario: Scenario, scenario_id: str = "") -> str:
