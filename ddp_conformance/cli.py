@@ -170,10 +170,10 @@ def reproducer(finding: object, args: argparse.Namespace) -> str:
 
     assert isinstance(finding, Finding)
     try:
-        script = write_script(finding.shrunk, args.candidate, args.world_size)
+        script = write_script(finding.scenario, args.candidate, args.world_size)
     except UsageError as exc:
         return f"none ({exc})"
-    path = write_file(script, finding.shrunk, os.path.join("reports", "repro"))
+    path = write_file(script, finding.scenario, os.path.join("reports", "repro"))
     return f"{path} (torchrun --standalone --nproc-per-node {args.world_size} {path})"
 
 

@@ -22,6 +22,7 @@ are shared: a scenario is never run twice for the same candidate.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import time
@@ -62,8 +63,15 @@ class Finding:
     shrunk_result: Result
     shrink_runs: int
 
+    @property
+    def scenario(self) -> Scenario:
+        """The shrunk scenario, named ``fuzz/shrunk-<digest>`` (the literal's and the
+        reproducer's name)."""
+        return dataclasses.replace(self.shrunk,
+                                   id="fuzz/shrunk-" + self.shrunk.id.rsplit("-", 1)[-1])
+
     def literal(self) -> str:
-        return scenario_literal(self.shrunk, "fuzz/shrunk-" + self.shrunk.id.rsplit("-", 1)[-1])
+        return scenario_literal(self.scenario)
 
 
 @dataclass

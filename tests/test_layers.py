@@ -16,7 +16,7 @@ LAYERS: list[set[str]] = [
     {"judge", "collectives"},
     {"report", "bench"},
     {"runner"},
-    {"session", "fuzz"},
+    {"session", "fuzz", "repro"},
     {"cli", "pytest_plugin", "pytest_items", "__main__", "__init__"},
 ]
 
