@@ -55,6 +55,7 @@ class Bucket:
         "pending",
         "sizes",
         "sparse_grad",
+        "sparse_zeros",
         "variable_indices",
         "views_in",
         "views_out",
@@ -75,6 +76,8 @@ class Bucket:
         self.work: dist.Work | None = None
         self.future: torch.futures.Future | None = None
         self.sparse_grad: torch.Tensor | None = None
+        #: A sparse zero tensor shaped like the last gradient (what a joined rank sends).
+        self.sparse_zeros: torch.Tensor | None = None
         if expect_sparse:
             self.gradients = torch.empty(0)
             return
@@ -521,6 +524,7 @@ class Reducer:
                 assert bucket.sparse_grad is not None
                 if result is not bucket.sparse_grad:
                     bucket.sparse_grad.copy_(result)
+                bucket.sparse_zeros = torch.zeros_like(bucket.sparse_grad)
                 bucket.sparse_grad = None
             else:
                 if result.data_ptr() == bucket.gradients.data_ptr():
@@ -642,10 +646,19 @@ class Reducer:
 
     # ----------------------------------------------------------------- join support
     def zeros_like_grad_buckets(self) -> list[GradBucket]:
-        """Zero-filled buckets in the current layout (what a joined rank contributes)."""
+        """Zero-filled buckets in the current layout (what a joined rank contributes).
+
+        A sparse bucket contributes a sparse zero tensor shaped like its last gradient, so
+        that the joined rank matches the active ranks' sparse allreduce: torch's reducer
+        keeps a sparse bucket's last gradient as the bucket's ``gradients``
+        (``mark_variable_ready_sparse``) and zeros it like any other bucket's
+        (``get_grad_buckets(return_zero_tensors=true)``); before any gradient it has none,
+        and the bucket is empty here too."""
         out = []
         for i, bucket in enumerate(self.buckets):
-            out.append(GradBucket(i, len(self.buckets), torch.zeros_like(bucket.gradients),
+            zeros = bucket.sparse_zeros if bucket.expect_sparse and bucket.sparse_zeros is not None \
+                else torch.zeros_like(bucket.gradients)
+            out.append(GradBucket(i, len(self.buckets), zeros,
                                   bucket.offsets, bucket.lengths, bucket.sizes, bucket.params))
         return out
 

@@ -123,3 +123,19 @@ def test_fuzz_usage_errors_are_one_line() -> None:
     out = subprocess.run([sys.executable, "-m", "ddp_conformance", "fuzz", "--candidate", "torch",
                           "--budget", "soon"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_the_reference_matches_a_sparse_allreduce_after_joining() -> None:
+    """Found by ``fuzz --candidate reference``: a joined rank sent a dense empty tensor where
+    the active ranks allreduce a sparse gradient, and they desynced. torch's reducer keeps the
+    last sparse gradient as the bucket's and sends sparse zeros shaped like it."""
+    from ddp_conformance.catalog.scenario import JoinSpec
+    from ddp_conformance.config import RunConfig
+    from ddp_conformance.session import Session
+
+    scenario = Scenario("fuzz/shrunk-b49ef642fa", "sparse_embedding", batch_size=1,
+                        join=JoinSpec(fewer_steps_per_rank=1), seed=0)
+    with Session(RunConfig(candidates=["torch", "reference"], timeout_s=20)) as session:
+        for spec in ("torch", "reference"):
+            result = session.run_case(scenario, spec)
+            assert result.verdict is Verdict.PASS, (spec, result.summary_line())
