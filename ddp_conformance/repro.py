@@ -16,7 +16,9 @@ harness's oracle, replica and buffer checks check, in one process per rank:
 - the parameters after each step against the single-process optimizer's, and bitwise
   equal on every rank;
 - with ``broadcast_buffers`` on, the buffers at the start of each forward where DDP
-  broadcasts them equal to rank 0's.
+  broadcasts them equal to rank 0's;
+- no reducing collective in a backward inside ``no_sync`` (the candidate gets a process
+  group that forwards to the world group and counts them).
 
 The first violation raises ``AssertionError`` with one evidence line ("rank 1, step 2,
 'fc.weight': gradient: max abs error 0.0315 vs the single-process result (tolerance
@@ -257,7 +259,8 @@ _BODY = textwrap.dedent('''
         rank, world = dist.get_rank(), dist.get_world_size()
         assert world == WORLD_SIZE, f"written for {WORLD_SIZE} ranks, run with {world}"
         torch.set_num_threads(1)
-        model = ddp_class(build(rank), **DDP_OPTIONS)
+        counting = CountingGroup(dist.group.WORLD)
+        model = ddp_class(build(rank), process_group=counting, **DDP_OPTIONS)
         inner = model.module if hasattr(model, "module") else model
         if COMM_HOOK is not None:
             model.register_comm_hook(dist.group.WORLD, eval(COMM_HOOK))
@@ -275,7 +278,13 @@ _BODY = textwrap.dedent('''
                 inputs, target = batch(rank, step, mb)
                 context = model.no_sync() if not SYNCED[mb] else _Null()
                 with context:
-                    SPEC.loss(model(*inputs), target).backward()
+                    loss = SPEC.loss(model(*inputs), target)
+                    before = counting.reductions
+                    loss.backward()
+                if not SYNCED[mb] and counting.reductions != before:
+                    raise AssertionError(f"rank {rank}, step {step}, microbatch {mb}: "
+                                         f"{counting.reductions - before} reducing collective(s) "
+                                         "in a backward inside no_sync (DDP reduces nothing there)")
                 if broadcast and BUFFERS_BROADCAST[(step, mb)]:
                     for name, b in at_forward[-1].items():
                         theirs = b.clone()
@@ -310,6 +319,35 @@ _BODY = textwrap.dedent('''
         dist.destroy_process_group()
 
 
+    class CountingGroup(dist.ProcessGroup):
+        """The world group, counting the reducing collectives issued through it; every
+        other operation goes to the world group's Gloo backend, registered here too."""
+
+        def __init__(self, inner):
+            super().__init__(inner.rank(), inner.size())
+            self.inner = inner
+            self.reductions = 0
+            cpu = torch.device("cpu")
+            gloo = dist.ProcessGroup.BackendType.GLOO
+            self._register_backend(cpu, gloo, inner._get_backend(cpu))
+            self._set_default_backend(gloo)
+
+        def getBackendName(self):
+            return "gloo"
+
+        def allreduce(self, *args, **kwargs):
+            self.reductions += 1
+            return self.inner.allreduce(*args, **kwargs)
+
+        def allreduce_coalesced(self, *args, **kwargs):
+            self.reductions += 1
+            return self.inner.allreduce_coalesced(*args, **kwargs)
+
+        def reduce_scatter(self, *args, **kwargs):
+            self.reductions += 1
+            return self.inner.reduce_scatter(*args, **kwargs)
+
+
     class _Null:
         def __enter__(self):
             return self
@@ -319,7 +357,11 @@ _BODY = textwrap.dedent('''
 
 
     if __name__ == "__main__":
-        main()
+        try:
+            main()
+        except AssertionError as failure:  # the evidence, flushed before the peers go
+            print(f"FAIL: {failure}", file=sys.stderr, flush=True)
+            raise
 ''')
 
 

@@ -3,6 +3,7 @@ torch's, under torchrun, with nothing of the harness imported."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,18 @@ from ddp_conformance.repro import model_source, parse_case, write_script
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _torchrun(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """torchrun with a static rendezvous on a free port (what --standalone sets up, without
+    its c10d rendezvous round)."""
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), *args],
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=240)
 
 
@@ -32,6 +41,10 @@ def _torchrun(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
      "'bn.running_mean': buffer at the start of microbatch 1's forward"),
     ("tests.mutants.reduction:ReducesInFloat16", "gradients/mlp-sgd",
      "gradient: max abs error"),
+    ("tests.mutants.sync:NoSyncIgnored",
+     "Scenario('fuzz/shrunk-0dc10fc2f4', 'mlp', steps=1, batch_size=1, microbatches=2, "
+     "accumulate='no_sync', seed=0)",
+     "microbatch 0: 1 reducing collective(s) in a backward inside no_sync"),
 ])
 def test_the_reproducer_fails_with_the_mutant_and_passes_with_torch(
         mutant: str, literal: str, evidence: str, tmp_path: Path) -> None:
