@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tabulate import tabulate
 
@@ -29,10 +29,13 @@ from ddp_conformance.errors import (
     UsageError,
 )
 from ddp_conformance.judge.verdict import Result, Verdict
-from ddp_conformance.options import CLI, add_to_argparse, run_config
+from ddp_conformance.options import CLI, add_to_argparse, at_least_one, positive, run_config
 from ddp_conformance.report.command import add_parser as add_report_parser
 from ddp_conformance.report.common import count_verdicts, verdict_matrix
 from ddp_conformance.session import Session
+
+if TYPE_CHECKING:  # fuzz imports hypothesis: loaded by the fuzz command only
+    from ddp_conformance.fuzz import Finding
 
 #: After SIGTERM or SIGINT, how long ending the ranks and writing the reports may take
 #: before the process exits without them (a further signal meanwhile is ignored).
@@ -116,8 +119,7 @@ def repro(args: argparse.Namespace, out: TextIO) -> int:
     """``repro``: write the script; print its path and how to run it."""
     from ddp_conformance.repro import parse_case, write_file, write_script
 
-    if args.world_size < 1:
-        raise UsageError(f"--world-size must be at least 1, got {args.world_size}")
+    at_least_one("world-size")(args.world_size)
     scenario = parse_case(args.case)
     path = write_file(write_script(scenario, args.candidate, args.world_size), scenario, args.out)
     out.write(f"{path}\nrun: torchrun --standalone --nproc-per-node {args.world_size} {path}   "
@@ -131,10 +133,8 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
     from ddp_conformance.fuzz import Fuzzer, parse_duration
 
     budget, shrink = parse_duration(args.budget), parse_duration(args.shrink_budget)
-    if args.world_size < 1:
-        raise UsageError(f"--world-size must be at least 1, got {args.world_size}")
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    at_least_one("world-size")(args.world_size)
+    positive("timeout")(args.timeout)
     candidates = list(dict.fromkeys(["torch", args.candidate]))
     config = RunConfig(candidates=candidates, world_size=args.world_size, timeout_s=args.timeout)
     with Session(config) as session:
@@ -163,12 +163,10 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_FAILED if result.findings else EXIT_OK
 
 
-def reproducer(finding: object, args: argparse.Namespace) -> str:
+def reproducer(finding: Finding, args: argparse.Namespace) -> str:
     """Write the standalone reproducer of a fuzz finding; its path (or why there is none)."""
-    from ddp_conformance.fuzz import Finding
     from ddp_conformance.repro import write_file, write_script
 
-    assert isinstance(finding, Finding)
     try:
         script = write_script(finding.scenario, args.candidate, args.world_size)
     except UsageError as exc:

@@ -109,8 +109,6 @@ class Fuzzer:
         between fuzzers of one session (torch's, when several candidates are fuzzed)."""
         self.session = session
         self.candidate = candidate
-        self.budget_s = budget_s
-        self.seed = seed
         self.shrink_budget_s = shrink_budget_s
         self.keep_going = keep_going
         self.progress = progress or (lambda line: None)
@@ -178,7 +176,7 @@ class Fuzzer:
 
     def run(self) -> FuzzRun:
         started = time.monotonic()
-        self._ends = started + self.budget_s
+        self._ends = started + self.run_state.budget_s
         strategy = scenarios(self.session.config.world_size)
         config = settings(max_examples=ROUND, database=None, deadline=None,
                           phases=(Phase.generate, Phase.shrink),
@@ -188,12 +186,12 @@ class Fuzzer:
             self._shrinking_until, self._shrink_runs, self._last_failure = None, 0, None
             try:
                 shrunk = find(strategy, self.fails, settings=config,
-                              random=random.Random(self.seed * 1_000_003 + round_number))
+                              random=random.Random(self.run_state.seed * 1_000_003 + round_number))
             except NoSuchExample:
                 shrunk = None
             round_number += 1
             if shrunk is not None:
-                result = self.case(shrunk, self.candidate if self.candidate != TORCH else TORCH)
+                result = self.case(shrunk, self.candidate)
                 assert self._last_failure is not None
                 self.run_state.findings.append(Finding(self._last_failure[1], shrunk, result,
                                                        self._shrink_runs))

@@ -31,7 +31,7 @@ CLI = "cli"
 PYTEST = "pytest"
 
 
-def _positive(name: str) -> Callable[[Any], None]:
+def positive(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value is not None and not value > 0:  # NaN too
             raise UsageError(f"--{name} must be positive, got {value:g}")
@@ -39,7 +39,7 @@ def _positive(name: str) -> Callable[[Any], None]:
     return check
 
 
-def _not_negative(name: str) -> Callable[[Any], None]:
+def not_negative(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value is not None and value < 0:
             raise UsageError(f"--{name} must be 0 or more, got {value}")
@@ -47,7 +47,7 @@ def _not_negative(name: str) -> Callable[[Any], None]:
     return check
 
 
-def _at_least_one(name: str) -> Callable[[Any], None]:
+def at_least_one(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value is not None and value < 1:
             raise UsageError(f"--{name} must be at least 1, got {value}")
@@ -115,9 +115,9 @@ OPTIONS: tuple[Option, ...] = (
            "side: auto (default: gloo for a MODULE:NAME backend), none, or a backend",
            default="auto", metavar="NAME", config_field="compare_backend"),
     Option("world-size", "ranks per scenario (default 2)", default=2, type=int, metavar="N",
-           config_field="world_size", check=_at_least_one("world-size")),
+           config_field="world_size", check=at_least_one("world-size")),
     Option("timeout", "deadline of one case in seconds (default 60)", default=60.0, type=float,
-           metavar="S", config_field="timeout_s", check=_positive("timeout")),
+           metavar="S", config_field="timeout_s", check=positive("timeout")),
     Option("pool", "reuse rank processes (persistent, default) or start new ones per case "
            "(fresh)", default="persistent", choices=("persistent", "fresh"), config_field="pool"),
     Option("no-spare", "after a fault, start the replacement ranks when needed instead of "
@@ -135,10 +135,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("report-dir", "where results.jsonl, summary.md, junit.xml and report.html go "
            "(default reports/)", default="reports", metavar="DIR", routes=frozenset({CLI})),
     Option("repeat", "run everything N times; report flaky cases and rank memory growth",
-           default=1, type=int, metavar="N", routes=frozenset({CLI}), check=_at_least_one("repeat")),
+           default=1, type=int, metavar="N", routes=frozenset({CLI}), check=at_least_one("repeat")),
     Option("durations", "list the N slowest cases and where their time went in summary.md "
            "(default 10; 0: every case)", default=10, type=int, metavar="N",
-           config_field="durations", routes=frozenset({CLI}), check=_not_negative("durations")),
+           config_field="durations", routes=frozenset({CLI}), check=not_negative("durations")),
 )
 
 

@@ -174,14 +174,14 @@ def make_collective_items(collector: pytest.Collector,
     the backend's collectives (none otherwise). Read from the options alone: a bad
     ``--backend`` is said in one line when the session starts, at the end of collection."""
     from ddp_conformance.config import RunConfig
-    from ddp_conformance.contract.backend import BUILTIN
+    from ddp_conformance.contract.backend import BUILTIN, name_of
 
     _holder(collector.config)
     spec = collector.config.getoption("ddp_backend") or "gloo"
     collectives = collector.config.getoption("ddp_collectives") or "auto"
-    if not RunConfig(collectives=collectives).runs_collectives(spec not in BUILTIN):
+    backend = name_of(spec)
+    if not RunConfig(collectives=collectives).runs_collectives(backend not in BUILTIN):
         return []
-    backend = spec.partition(":")[2].lower() if ":" in spec else spec
     return [ConformanceItem.from_parent(collector, name=f"{c.id}[{backend}]", scenario=c,
                                         candidate=backend) for c in cases]
 

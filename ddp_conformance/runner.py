@@ -249,4 +249,3 @@ class Runner:
             with self._costs.timing("oracle"):  # charged to the case that computes it
                 self._oracles[key] = run_oracle(scenario, group, device, self.pool.threads)
         return self._oracles[key]
-

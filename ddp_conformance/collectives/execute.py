@@ -223,11 +223,11 @@ def _group(case: CollectiveCase, rank: int, world_size: int) -> tuple[Any, list[
 def _items(ctx: _Context) -> list[tuple[str, Callable[[], None]]]:
     """(item name, what to run) for every size, and every root of rooted operations."""
     case = ctx.case
-    runner = _RUNNERS[Op(case.op)]
     if case.op == Op.BARRIER:
         return [("barrier", lambda: _barrier(ctx))]
     if case.op == Op.SPARSE_ALLREDUCE:
         return [("8x3 sparse COO", lambda: _sparse_allreduce(ctx))]
+    runner = _RUNNERS[Op(case.op)]
     items: list[tuple[str, Callable[[], None]]] = []
     for numel in case.sizes:
         roots = ctx.members if case.op in ROOTED else [None]
@@ -417,6 +417,7 @@ def _sparse_allreduce(ctx: _Context) -> None:
     ctx.check("8x3 sparse COO", "the result (densified)", got.to_dense(), want)
 
 
+#: The operations run once per size (and root): barrier and sparse allreduce run once.
 _RUNNERS: dict[Op, Callable[[_Context, str, int, int | None], None]] = {
     Op.ALLREDUCE: _allreduce,
     Op.BROADCAST: _broadcast,
@@ -430,6 +431,4 @@ _RUNNERS: dict[Op, Callable[[_Context, str, int, int | None], None]] = {
     Op.GATHER: _gather,
     Op.SCATTER: _scatter,
     Op.SEND_RECV: _send_recv,
-    Op.BARRIER: lambda ctx, item, numel, root: _barrier(ctx),
-    Op.SPARSE_ALLREDUCE: lambda ctx, item, numel, root: _sparse_allreduce(ctx),
 }

@@ -41,6 +41,12 @@ class BackendSpec:
         return self.name not in BUILTIN
 
 
+def name_of(spec: str) -> str:
+    """The name ``init_process_group`` is given for ``--backend SPEC`` (NAME of
+    ``MODULE:NAME``, lower-cased as torch registers it), without importing anything."""
+    return spec.partition(":")[2].lower() if ":" in spec else spec.lower()
+
+
 def registered(name: str) -> bool:
     """Whether ``name`` is a backend registered through ``Backend.register_backend``."""
     return name.upper() in dist.Backend._plugins
@@ -62,7 +68,7 @@ def resolve_backend(spec: str) -> BackendSpec:
         raise UsageError(f"--backend {spec!r}: empty or padded with spaces")
     if ":" not in spec:
         if spec in BUILTIN or registered(spec):
-            return BackendSpec(spec, spec.lower(), "", capability(spec))
+            return BackendSpec(spec, name_of(spec), "", capability(spec))
         raise UsageError(f"unknown backend {spec!r}; choose gloo, nccl, or MODULE:NAME for a "
                          "backend that MODULE registers with torch.distributed.Backend."
                          "register_backend")
@@ -79,4 +85,4 @@ def resolve_backend(spec: str) -> BackendSpec:
                         if not n.lower().startswith("traced_"))
         raise UsageError(f"backend {spec!r}: importing {module_name!r} registered no backend "
                          f"named {name!r} (registered: {', '.join(others) or 'none'})")
-    return BackendSpec(spec, name.lower(), module_name, capability(name))
+    return BackendSpec(spec, name_of(spec), module_name, capability(name))

@@ -8,11 +8,13 @@ is the largest absolute difference, for a person to read next to the oracle's to
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 
+from ddp_conformance.judge.tolerance import distance
 from ddp_conformance.judge.verdict import BackendComparison
 from ddp_conformance.ranks.records import RankRecord
 
@@ -60,7 +62,8 @@ def compare_records(backend: str, verdict: str, mine: dict[int, RankRecord] | No
 
 
 def _distance(x: Tensor | None, y: Tensor | None) -> tuple[bool, float]:
-    """(bitwise equal, largest absolute difference; inf when not comparable)."""
+    """(bitwise equal, largest absolute difference; inf when not comparable, or where NaN
+    stands in one run only)."""
     if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
         return False, float("inf")
     x, y = x.detach().cpu(), y.detach().cpu()
@@ -68,6 +71,5 @@ def _distance(x: Tensor | None, y: Tensor | None) -> tuple[bool, float]:
         x, y = x.to_dense(), y.to_dense()
     if torch.equal(x, y):
         return True, 0.0
-    wide = torch.float64 if x.dtype.is_floating_point else torch.int64
-    diff = (x.to(wide) - y.to(wide)).abs()
-    return False, float(diff.nan_to_num(float("inf")).max()) if diff.numel() else 0.0
+    max_abs = distance(x, y).max_abs
+    return False, float("inf") if math.isnan(max_abs) else max_abs

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as C10dBackend
 
+from ddp_conformance.contract.backend import capability
 from ddp_conformance.ranks.flight import FlightRecorder
 
 #: Stages the engine marks; collectives in ``record`` come from the harness reading state.
@@ -197,15 +198,15 @@ def _traced(name: str) -> Callable[..., Any]:
 
 
 _BT = dist.ProcessGroup.BackendType
-_DEVICE_BACKENDS = {"gloo": (("cpu", _BT.GLOO), ("cuda", _BT.GLOO)), "nccl": (("cuda", _BT.NCCL),)}
+_BUILTIN_TYPES = {"gloo": _BT.GLOO, "nccl": _BT.NCCL}
 
 
 def device_backends(backend: str) -> tuple[tuple[str, Any], ...]:
-    """(device type, c10d backend type) pairs that ``backend`` serves: torch's own, or a
-    registered backend's declared devices, typed ``CUSTOM`` as c10d types them."""
-    if backend in _DEVICE_BACKENDS:
-        return _DEVICE_BACKENDS[backend]
-    return tuple((d, _BT.CUSTOM) for d in dist.Backend.backend_capability.get(backend, ()))
+    """(device type, c10d backend type) pairs that ``backend`` serves: the device types of
+    :func:`~ddp_conformance.contract.backend.capability`, typed as c10d types them (a
+    registered backend is ``CUSTOM``)."""
+    kind = _BUILTIN_TYPES.get(backend, _BT.CUSTOM)
+    return tuple((device, kind) for device in capability(backend))
 
 
 class TracingProcessGroup(dist.ProcessGroup):
