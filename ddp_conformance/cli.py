@@ -9,6 +9,7 @@ stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long to shrink a failure (default 2m)")
     fuzz.add_argument("--seed", type=int, default=0, metavar="N",
                       help="the same seed generates the same scenarios (default 0)")
-    fuzz.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
+    fuzz.add_argument("--world-size", default="2", metavar="N",
+                      help="ranks (default 2), or world sizes drawn in turn: 1-4, 1,3")
     fuzz.add_argument("--timeout", type=float, default=30.0, metavar="S",
                       help="deadline of one case in seconds (default 30)")
     fuzz.add_argument("--keep-going", action="store_true",
@@ -130,24 +132,30 @@ def repro(args: argparse.Namespace, out: TextIO) -> int:
 def fuzz(args: argparse.Namespace, out: TextIO) -> int:
     """``fuzz``: exit 1 when a torch-valid scenario fails the candidate, else 0."""
     from ddp_conformance.config import RunConfig
-    from ddp_conformance.fuzz import Fuzzer, parse_duration
+    from ddp_conformance.fuzz import Fuzzer, parse_duration, parse_world_sizes
 
     budget, shrink = parse_duration(args.budget), parse_duration(args.shrink_budget)
-    at_least_one("world-size")(args.world_size)
+    sizes = parse_world_sizes(args.world_size)
     positive("timeout")(args.timeout)
     candidates = list(dict.fromkeys(["torch", args.candidate]))
-    config = RunConfig(candidates=candidates, world_size=args.world_size, timeout_s=args.timeout)
-    with Session(config) as session:
-        session.start()
+    with contextlib.ExitStack() as stack:
+        sessions = {}
+        for size in sizes:
+            config = RunConfig(candidates=candidates, world_size=size, timeout_s=args.timeout)
+            sessions[size] = stack.enter_context(Session(config))
+            sessions[size].start()
+
         def progress(line: str) -> None:
             out.write(line + "\n")
             out.flush()
 
-        fuzzer = Fuzzer(session, args.candidate, budget, args.seed, shrink, args.keep_going,
+        fuzzer = Fuzzer(sessions, args.candidate, budget, args.seed, shrink, args.keep_going,
                         progress=progress)
         result = fuzzer.run()
     aside = sum(result.set_aside.values())
-    out.write(f"fuzz {args.candidate}, seed {args.seed}, {args.world_size} ranks: {result.ran} "
+    ranks = (f"{sizes[0]} ranks" if len(sizes) == 1 else "world sizes " + ", ".join(
+        f"{n} ({result.ran_by_world_size[n]} scenarios)" for n in sizes))
+    out.write(f"fuzz {args.candidate}, seed {args.seed}, {ranks}: {result.ran} "
               f"scenarios in {result.seconds:.0f}s ({result.cases_per_second:.2f}/s); "
               f"{result.passed} passed, {result.not_applicable} N/A, {aside} set aside, "
               f"{len(result.findings)} failing\n")
@@ -155,7 +163,8 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"set aside: torch's DDP {verdict} on {count}; the first: "
                   f"{result.set_aside_examples[verdict]}\n")
     for finding in result.findings:
-        out.write(f"FAILING: {finding.found.case_id}: {finding.found.verdict.value}: "
+        out.write(f"FAILING at {finding.world_size} ranks: {finding.found.case_id}: "
+                  f"{finding.found.verdict.value}: "
                   f"{finding.found.summary_line()}\n")
         out.write(f"shrunk in {finding.shrink_runs} runs to ({finding.shrunk_result.verdict.value}: "
                   f"{finding.shrunk_result.summary_line()}):\n    {finding.literal()}\n")
@@ -168,11 +177,11 @@ def reproducer(finding: Finding, args: argparse.Namespace) -> str:
     from ddp_conformance.repro import write_file, write_script
 
     try:
-        script = write_script(finding.scenario, args.candidate, args.world_size)
+        script = write_script(finding.scenario, args.candidate, finding.world_size)
     except UsageError as exc:
         return f"none ({exc})"
     path = write_file(script, finding.scenario, os.path.join("reports", "repro"))
-    return f"{path} (torchrun --standalone --nproc-per-node {args.world_size} {path})"
+    return f"{path} (torchrun --standalone --nproc-per-node {finding.world_size} {path})"
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

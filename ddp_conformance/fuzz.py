@@ -27,8 +27,9 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
@@ -54,6 +55,21 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
 
 
+def parse_world_sizes(text: str) -> tuple[int, ...]:
+    """``2``, ``1-4`` or ``1,3`` to the world sizes a fuzz run draws from; a one-line usage
+    error otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text)
+    try:
+        sizes = (tuple(range(int(match.group(1)), int(match.group(2)) + 1)) if match
+                 else tuple(int(part) for part in text.split(",")))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"--world-size must be a number of ranks (2), a range (1-4) or a list "
+                         f"(1,3), each at least 1; got {text!r}")
+    return tuple(dict.fromkeys(sizes))
+
+
 @dataclass
 class Finding:
     """A torch-valid scenario the candidate fails, and its shrunk form."""
@@ -62,6 +78,8 @@ class Finding:
     shrunk: Scenario
     shrunk_result: Result
     shrink_runs: int
+    #: The world size the scenario was drawn for and fails at.
+    world_size: int = 2
 
     @property
     def scenario(self) -> Scenario:
@@ -91,6 +109,10 @@ class FuzzRun:
     set_aside_examples: dict[str, str] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    #: The world sizes drawn from, one per round in turn (``world_size`` is the first).
+    world_sizes: tuple[int, ...] = ()
+    #: Scenarios run per world size.
+    ran_by_world_size: Counter[int] = field(default_factory=Counter)
 
     @property
     def cases_per_second(self) -> float:
@@ -99,22 +121,27 @@ class FuzzRun:
 
 class Fuzzer:
     """Runs the loop of the module docstring on ``session`` (its config names the candidate;
-    torch is run as well, for validity)."""
+    torch is run as well, for validity), or on one session per world size: the rounds then
+    take the world sizes in turn (``--world-size 1-4``)."""
 
-    def __init__(self, session: Session, candidate: str, budget_s: float, seed: int = 0,
+    def __init__(self, session: Session | Mapping[int, Session], candidate: str, budget_s: float,
+                 seed: int = 0,
                  shrink_budget_s: float = 120.0, keep_going: bool = False,
                  progress: Callable[[str], None] | None = None,
                  verdicts: dict[tuple[str, str], Result] | None = None) -> None:
         """``verdicts``: results already known, by (scenario id, candidate spec), shared
         between fuzzers of one session (torch's, when several candidates are fuzzed)."""
-        self.session = session
+        self.sessions: dict[int, Any] = (dict(session) if isinstance(session, Mapping)
+                                         else {session.config.world_size: session})
+        self.world_size = next(iter(self.sessions))
         self.candidate = candidate
         self.shrink_budget_s = shrink_budget_s
         self.keep_going = keep_going
         self.progress = progress or (lambda line: None)
-        self.run_state = FuzzRun(candidate, seed, session.config.world_size, budget_s)
+        self.run_state = FuzzRun(candidate, seed, self.world_size, budget_s,
+                                 world_sizes=tuple(self.sessions))
         self._verdicts: dict[tuple[str, str], Result] = {} if verdicts is None else verdicts
-        self._answers: dict[str, bool] = {}
+        self._answers: dict[tuple[int, str], bool] = {}
         self._ends = 0.0
         self._shrinking_until: float | None = None
         self._shrink_runs = 0
@@ -124,9 +151,10 @@ class Fuzzer:
 
     def case(self, scenario: Scenario, spec: str) -> Result:
         """The verdict of ``scenario`` for ``spec``, run at most once."""
-        key = (scenario.id, spec)
+        key = (scenario.id if self.world_size == self.run_state.world_size
+               else f"{scenario.id}@{self.world_size}", spec)
         if key not in self._verdicts:
-            self._verdicts[key] = self.session.run_case(scenario, spec)
+            self._verdicts[key] = self.sessions[self.world_size].run_case(scenario, spec)
         return self._verdicts[key]
 
     def fails(self, scenario: Scenario) -> bool:
@@ -134,9 +162,10 @@ class Fuzzer:
         hypothesis searches for and shrinks). A scenario once answered keeps its answer
         (hypothesis replays the smallest one, and calls a changed answer flaky); one drawn
         after the budget is spent is answered False without a run."""
-        if scenario.id not in self._answers:
-            self._answers[scenario.id] = self._fails(scenario)
-        return self._answers[scenario.id]
+        key = (self.world_size, scenario.id)
+        if key not in self._answers:
+            self._answers[key] = self._fails(scenario)
+        return self._answers[key]
 
     def _fails(self, scenario: Scenario) -> bool:
         now = time.monotonic()
@@ -147,6 +176,7 @@ class Fuzzer:
             self._shrink_runs += 1
         else:
             self.run_state.ran += 1
+            self.run_state.ran_by_world_size[self.world_size] += 1
         torch_result = self.case(scenario, TORCH)
         if torch_result.verdict is not Verdict.PASS:
             if not shrinking:
@@ -177,13 +207,15 @@ class Fuzzer:
     def run(self) -> FuzzRun:
         started = time.monotonic()
         self._ends = started + self.run_state.budget_s
-        strategy = scenarios(self.session.config.world_size)
         config = settings(max_examples=ROUND, database=None, deadline=None,
                           phases=(Phase.generate, Phase.shrink),
                           suppress_health_check=list(HealthCheck))
         round_number = 0
         while time.monotonic() < self._ends:
             self._shrinking_until, self._shrink_runs, self._last_failure = None, 0, None
+            sizes = self.run_state.world_sizes
+            self.world_size = sizes[round_number % len(sizes)]
+            strategy = scenarios(self.world_size)
             try:
                 shrunk = find(strategy, self.fails, settings=config,
                               random=random.Random(self.run_state.seed * 1_000_003 + round_number))
@@ -194,7 +226,7 @@ class Fuzzer:
                 result = self.case(shrunk, self.candidate)
                 assert self._last_failure is not None
                 self.run_state.findings.append(Finding(self._last_failure[1], shrunk, result,
-                                                       self._shrink_runs))
+                                                       self._shrink_runs, self.world_size))
                 if not self.keep_going:
                     break
             self.progress(self.status_line(started))

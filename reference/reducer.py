@@ -149,6 +149,11 @@ class Reducer:
         n = len(self.params)
 
         self.num_iterations = 0
+        #: Backward passes seen (torch's ``num_bwd_calls_``): counted at the first autograd
+        #: hook of each backward, reset by ``finalize_backward``. The static graph's first
+        #: iteration is the first *backward*, however many forwards preceded it.
+        self.num_bwd_calls = 0
+        self.first_autograd_hook_called = False
         self.expect_autograd_hooks = False
         self.require_finalize = False
         self.has_marked_unused = False
@@ -233,8 +238,8 @@ class Reducer:
     def _refresh_mode(self) -> None:
         """Cache the per-iteration flags the hot path reads."""
         self.dynamic_find_unused = self.find_unused_parameters and not self.static_graph
-        self.static_first_iteration = self.static_graph and self.num_iterations == 1
-        self.static_after_first_iteration = self.static_graph and self.num_iterations > 1
+        self.static_first_iteration = self.static_graph and self.num_bwd_calls == 1
+        self.static_after_first_iteration = self.static_graph and self.num_bwd_calls > 1
         self._track_local_use = self.dynamic_find_unused or self.static_first_iteration
         self.should_rebuild = ((self.static_graph or not self.find_unused_parameters)
                                and not self.has_rebuilt_bucket)
@@ -346,6 +351,10 @@ class Reducer:
 
     def autograd_hook(self, index: int) -> None:
         """Runs after parameter ``index``'s gradient accumulator."""
+        if not self.first_autograd_hook_called:
+            self.first_autograd_hook_called = True
+            self.num_bwd_calls += 1
+            self._refresh_mode()
         if self._track_local_use and self.params[index].grad is not None:
             self.local_used[index] = 1
         if self.static_first_iteration:
@@ -510,6 +519,7 @@ class Reducer:
             raise RuntimeError("finalize_backward called while no backward was expected")
         self.expect_autograd_hooks = False
         self.require_finalize = False
+        self.first_autograd_hook_called = False
         check_unused = self.static_graph or self.find_unused_parameters
         for bucket in self.buckets:
             if bucket.future is not None:

@@ -28,6 +28,10 @@ class ModelSpec:
     description: str = ""
     #: ``build`` takes the building rank (a model that differs per rank on purpose).
     rank_aware: bool = False
+    #: ``before_step(module, step)``: called on the unwrapped module at the start of every
+    #: step, before ``zero_grad`` (on every rank and in the oracle): how a model changes
+    #: between steps, e.g. freezing a parameter (``requires_grad_``) mid-run.
+    before_step: Callable[[nn.Module, int], None] | None = None
 
 
 MODELS: dict[str, ModelSpec] = {}
@@ -453,3 +457,8 @@ class BranchFirst(nn.Module):
 
 register(ModelSpec("unused_first_on_rank1", BranchFirst, _branchy_batch, mse,
                    "branch unused on rank 1, defined before the used one"))
+
+
+# The real-world models (GPT-style, ResNet, LSTM, MoE, freezing) register themselves.
+from ddp_conformance.catalog import composed as _composed  # noqa: E402, F401
+from ddp_conformance.catalog import real_models as _real_models  # noqa: E402, F401

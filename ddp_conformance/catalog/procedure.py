@@ -6,7 +6,9 @@ of one procedure rather than two copies of it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,12 +47,57 @@ def build_module(scenario: Scenario, rank: int, device: torch.device) -> nn.Modu
 
 
 def batch(scenario: Scenario, rank: int, step: int, microbatch: int, world_size: int,
-          device: torch.device) -> tuple[tuple[Any, ...], Tensor]:
-    """The batch ``rank`` trains on at (step, microbatch): rebuildable in any process."""
-    gen = torch.Generator().manual_seed(scenario.data_seed(rank, step, microbatch))
-    inputs, target = get_model(scenario.model).batch(gen, scenario.batch_size, rank, world_size,
-                                                     step)
+          device: torch.device, forward: int = 0) -> tuple[tuple[Any, ...], Tensor]:
+    """The batch ``rank`` trains on at (step, microbatch, forward): rebuildable in any
+    process. ``microbatch`` -1 is the eval forward before the step
+    (``Scenario.eval_between_steps``); ``forward`` counts the forwards of one backward
+    (``Scenario.forwards``)."""
+    draw = microbatch + forward * scenario.microbatches if microbatch >= 0 else -1
+    gen = torch.Generator().manual_seed(scenario.data_seed(rank, step, draw))
+    inputs, target = get_model(scenario.model).batch(gen, scenario.batch_size_for(rank), rank,
+                                                     world_size, step)
     return tuple(x.to(device) if isinstance(x, Tensor) else x for x in inputs), target.to(device)
+
+
+def seed_forward(scenario: Scenario, rank: int, step: int, microbatch: int,
+                 forward: int = 0) -> None:
+    """Seed this process's RNG for one forward, as every rank and the oracle do before it:
+    dropout then draws the same mask for a rank's batch wherever it is computed (each rank
+    has its own stream, as in real training)."""
+    draw = microbatch + forward * scenario.microbatches if microbatch >= 0 else -1
+    torch.manual_seed((scenario.data_seed(rank, step, draw) * 31 + 17) % (2**63))
+
+
+@contextlib.contextmanager
+def forward_context(scenario: Scenario, device: torch.device) -> Iterator[None]:
+    """Around every training forward: ``torch.autocast`` where the scenario asks for it
+    (the parameters stay in their own dtype; the backward runs outside it)."""
+    if scenario.autocast is None:
+        yield
+        return
+    with torch.autocast(device.type, dtype=getattr(torch, scenario.autocast)):
+        yield
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One forward of a step's procedure: ``microbatch`` -1 is the eval forward (under
+    ``torch.no_grad()`` and ``eval()``) that ``eval_between_steps`` puts before every step
+    but the first; ``index`` counts the forwards whose losses one backward sums."""
+
+    microbatch: int
+    index: int = 0
+
+    @property
+    def training(self) -> bool:
+        return self.microbatch >= 0
+
+
+def forward_plan(scenario: Scenario, step: int) -> list[Forward]:
+    """Every forward of ``step``, in order: what ``buffers_at_forward`` records."""
+    plan = [Forward(-1)] if scenario.eval_between_steps and step > 0 else []
+    return plan + [Forward(mb, f) for mb in range(scenario.microbatches)
+                   for f in range(scenario.forwards)]
 
 
 def synced(scenario: Scenario, microbatch: int) -> bool:
@@ -71,19 +118,32 @@ def forward_synced(scenario: Scenario, microbatch: int) -> bool:
     return synced(scenario, microbatch)
 
 
-def buffers_broadcast(scenario: Scenario, step: int, microbatch: int) -> bool:
-    """Whether DDP broadcasts buffers at the start of this forward.
+def broadcasts(scenario: Scenario, step: int) -> list[bool]:
+    """Per forward of :func:`forward_plan`, whether DDP broadcasts buffers at its start.
 
     torch decides it from the *previous* forward: ``_post_forward`` sets
     ``require_forward_param_sync`` to whether that forward ran with grad enabled outside
     ``no_sync`` (initially True), and ``_pre_forward`` broadcasts when it is set. So the
-    first forward after a ``no_sync`` one does not broadcast, and the first forward inside
-    ``no_sync`` after a synced one does.
+    first forward after a ``no_sync`` one does not broadcast, the first forward inside
+    ``no_sync`` after a synced one does, and so does an eval forward under ``no_grad``
+    after a synced one, while the training forward after it does not.
     """
-    if step == 0 and microbatch == 0:
-        return True
-    previous = microbatch - 1 if microbatch > 0 else scenario.microbatches - 1
-    return forward_synced(scenario, previous)
+    def grad_synced(f: Forward) -> bool:
+        return f.training and forward_synced(scenario, f.microbatch)
+
+    previous = True if step == 0 else grad_synced(forward_plan(scenario, step - 1)[-1])
+    out = []
+    for f in forward_plan(scenario, step):
+        out.append(previous)
+        previous = grad_synced(f)
+    return out
+
+
+def buffers_broadcast(scenario: Scenario, step: int, microbatch: int) -> bool:
+    """Whether DDP broadcasts buffers at the start of the first forward of this
+    microbatch (:func:`broadcasts`)."""
+    plan = forward_plan(scenario, step)
+    return broadcasts(scenario, step)[plan.index(Forward(microbatch))]
 
 
 def _allreduce_to_new_tensor(group, bucket):  # type: ignore[no-untyped-def]

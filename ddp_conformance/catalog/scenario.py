@@ -154,6 +154,19 @@ class Scenario:
     #: The error every rank must raise (a regular expression on "Type: message"); the
     #: checks then require it on every rank and compare only the steps before it.
     expect_error: str | None = None
+    #: Rank ``r`` trains on ``batch_size + r * batch_size_step`` samples: uneven per-rank
+    #: batches. DDP averages the per-rank *means* (each rank's loss is its own mean), which
+    #: is not the sample-weighted mean over the global batch; the oracle computes DDP's.
+    batch_size_step: int = 0
+    #: Forwards per backward: the losses of ``forwards`` forwards (each on its own batch)
+    #: are summed and one backward runs through all of them.
+    forwards: int = 1
+    #: Before every step but the first, one forward under ``torch.no_grad()`` with the
+    #: model in ``eval()`` (BatchNorm on running statistics), as a validation pass does.
+    eval_between_steps: bool = False
+    #: Training forwards under ``torch.autocast`` with this dtype ("bfloat16"); the
+    #: parameters (the master weights) stay in their dtype.
+    autocast: str | None = None
 
     def __post_init__(self) -> None:
         """Convert the enum fields given by value, and refuse what cannot run."""
@@ -171,10 +184,22 @@ class Scenario:
         for name, value, least in (("steps", self.steps, 1), ("batch_size", self.batch_size, 1),
                                    ("microbatches", self.microbatches, 1),
                                    ("min_world_size", self.min_world_size, 1),
-                                   ("comm_hook_registrations", self.comm_hook_registrations, 1)):
+                                   ("comm_hook_registrations", self.comm_hook_registrations, 1),
+                                   ("forwards", self.forwards, 1),
+                                   ("batch_size_step", self.batch_size_step, 0)):
             if value < least:
                 raise ValueError(f"scenario {self.id!r}: {name} must be at least {least}, "
                                  f"got {value}")
+        if self.autocast not in (None, "bfloat16", "float16"):
+            raise ValueError(f"scenario {self.id!r}: autocast={self.autocast!r} is not one of "
+                             f"None, 'bfloat16', 'float16'")
+        if self.eval_between_steps and self.join is not None:
+            raise ValueError(f"scenario {self.id!r}: eval_between_steps under Join is not "
+                             f"modelled (joined ranks shadow no eval forward)")
+
+    def batch_size_for(self, rank: int) -> int:
+        """The batch size of ``rank`` (``batch_size_step`` makes it grow with the rank)."""
+        return self.batch_size + rank * self.batch_size_step
 
     @property
     def needs(self) -> frozenset[str]:

@@ -23,6 +23,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+# The blocks of the ``composed`` model (simplest first): a generated one chains 1 to 4.
+from ddp_conformance.catalog.composed import BLOCKS
 from ddp_conformance.catalog.scenario import (
     Accumulate,
     CommHook,
@@ -40,8 +42,11 @@ MODELS: tuple[tuple[str, int], ...] = (
     ("one_large", 1), ("mixed_dtypes", 1), ("conv_bn", 1), ("embedding", 1),
     ("nested_outputs", 1), ("unused_always_and_alternate", 1), ("unused_on_rank1", 2),
     ("unused_first_on_rank1", 2), ("random_buffer", 1), ("sparse_embedding", 1),
-    ("dyadic", 1), ("fp16_overflow", 2),
+    ("dyadic", 1), ("fp16_overflow", 2), ("composed", 1), ("lstm", 1),
+    ("resnet_channels_last", 1), ("moe", 1), ("freeze_mid_run", 1), ("gpt", 1),
 )
+#: ``gpt``'s activation checkpointing, none first.
+CHECKPOINTS: tuple[str | None, ...] = (None, "non_reentrant", "reentrant")
 #: Exact-valued models (every sum exact in any order: the candidate must match the oracle
 #: bitwise) and the learning rate that keeps their updates exact, as in the catalog
 #: (suites/test_gradients.py). They train with plain SGD and no compressing hook: momentum,
@@ -52,7 +57,7 @@ EXACT_LR: dict[str, float] = {"dyadic": 0.0625, "fp16_overflow": 2.0**-16}
 #: reduction"; the catalog's errors/ scenarios check that), so a generated one sets one of
 #: the two. Sparse gradients take plain SGD (torch's Adam refuses them, by design too).
 UNUSED_MODELS = frozenset({"unused_always_and_alternate", "unused_on_rank1",
-                           "unused_first_on_rank1"})
+                           "unused_first_on_rank1", "moe", "freeze_mid_run"})
 SPARSE_MODELS = frozenset({"sparse_embedding"})
 #: ``bucket_cap_mb`` values: torch's default (not passed), 1 MB, and tiny (a bucket per
 #: parameter or smaller).
@@ -121,16 +126,34 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
     # (torch: "register_comm_hook must only be called once"), as errors/ checks.
     twice = draw(st.integers(0, 3)) == 3 and hook is not None
     groups = draw(st.sampled_from(GROUPS.get(world_size, (None,))))
+    # The model's own choices and the procedure's newer ones (drawn always, see above).
+    blocks = tuple(draw(st.lists(st.sampled_from(list(BLOCKS)), min_size=1, max_size=4)))
+    checkpoint = draw(st.sampled_from(CHECKPOINTS))
+    forwards = draw(st.integers(1, 2))
+    eval_between = draw(st.booleans())
+    autocast = draw(st.sampled_from([None, "bfloat16"]))
+    batch_step = draw(st.integers(0, 2))
+    model_kwargs: dict[str, Any] = {}
+    if model == "composed":
+        model_kwargs["blocks"] = blocks
+    elif model == "gpt" and checkpoint is not None:
+        model_kwargs["checkpoint"] = checkpoint
+        if checkpoint == "reentrant":  # torch refuses it with find_unused_parameters
+            options.pop("find_unused_parameters", None)
     uneven, fewer, divide = draw(st.booleans()), draw(st.integers(1, 2)), draw(st.booleans())
     join = None
     if uneven and world_size > 1 and steps > 1 and microbatches == 1:
         join = JoinSpec(fewer_steps_per_rank=fewer, divide_by_initial_world_size=not divide)
+    if exact:  # autocast leaves the exact numbers; several forwards keep them
+        autocast = None
     fields: dict[str, Any] = dict(
         model=model, steps=steps, batch_size=batch_size, microbatches=microbatches,
         accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,
         zero_grad_set_to_none=not draw(st.booleans()), ddp_options=options,
         init=draw(st.sampled_from([Init.SAME, Init.PER_RANK])), join=join, comm_hook=hook,
-        rtol=rtol, seed=draw(st.integers(0, 2**16)), groups=groups)
+        rtol=rtol, seed=draw(st.integers(0, 2**16)), groups=groups, model_kwargs=model_kwargs,
+        forwards=forwards, eval_between_steps=eval_between and join is None, autocast=autocast,
+        batch_size_step=batch_step)
     if twice:
         fields.update(comm_hook_registrations=2, expect_error=TWICE_ERROR)
     if exact:
@@ -146,7 +169,9 @@ def generated_id(fields: dict[str, Any]) -> str:
 
 #: Scenario fields as the catalog writes them, in that order; a field at its default is
 #: left out of the literal.
-_LITERAL_ORDER = ("model", "exact", "lr", "steps", "batch_size", "microbatches", "accumulate",
+_LITERAL_ORDER = ("model", "model_kwargs", "exact", "lr", "steps", "batch_size",
+                  "batch_size_step", "microbatches", "forwards", "eval_between_steps",
+                  "autocast", "accumulate",
                   "sync_strategy", "optimizer", "zero_grad_set_to_none", "ddp_options", "init",
                   "join", "comm_hook", "comm_hook_registrations", "expect_error", "rtol",
                   "groups", "seed")

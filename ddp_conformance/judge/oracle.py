@@ -18,18 +18,30 @@ models this is the same as the concatenated global batch.
   as with ``find_unused_parameters=True``;
 - buffers are simulated per rank: with ``broadcast_buffers``, a forward that follows a
   synced forward starts from rank 0's buffers (the highest active rank's under Join), as
-  DDP's pre-forward broadcast makes it (see ``procedure.buffers_broadcast``).
+  DDP's pre-forward broadcast makes it (see ``procedure.broadcasts``);
+- the procedure's extra forwards: several forwards summed into one backward, an eval
+  forward under ``no_grad`` between steps, autocast, per-rank batch sizes, and the
+  forward RNG seeded per (rank, step, microbatch) as the ranks seed it (dropout).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ddp_conformance.catalog.models import get_model
-from ddp_conformance.catalog.procedure import batch, buffers_broadcast, build_module, make_optimizer
+from ddp_conformance.catalog.procedure import (
+    batch,
+    broadcasts,
+    build_module,
+    forward_context,
+    forward_plan,
+    make_optimizer,
+    seed_forward,
+)
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.contract.adapter import dense
 from ddp_conformance.ranks.records import Tensors
@@ -115,34 +127,60 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
     steps = {r: scenario.steps_for(i) for i, r in enumerate(ranks)}
 
     for step in range(max(steps.values())):
+        if spec.before_step is not None:
+            spec.before_step(model, step)
         active = [r for r in ranks if step < steps[r]]
         divide_by_all = scenario.join is None or scenario.join.divide_by_initial_world_size
         divisor = world_size if divide_by_all else len(active)
+        # Under Join torch broadcasts from the highest active rank (rank 0 may have joined
+        # with stale buffers: ``_find_common_rank``), else from rank 0. The source runs
+        # first, so every other rank can start a broadcast forward from its buffers.
+        source = max(active) if scenario.join is not None else active[0]
+        order = [source] + [r for r in active if r != source]
+        plan, bcast = forward_plan(scenario, step), broadcasts(scenario, step)
         local: dict[int, dict[str, Tensor]] = {r: {} for r in active}
         at_forward: dict[int, list[Tensors]] = {r: [] for r in active}
         defined: list[frozenset[str]] = []
-        for mb in range(scenario.microbatches):
+        source_at: dict[int, Tensors] = {}  # the source's buffers at each forward
+        for mb in sorted({f.microbatch for f in plan}):  # the eval forward (-1) first
+            positions = [i for i, f in enumerate(plan) if f.microbatch == mb]
             produced: set[str] = set()
-            if broadcast and buffers_broadcast(scenario, step, mb):
-                # Under Join torch broadcasts from the highest active rank (rank 0 may have
-                # joined with stale buffers: ``_find_common_rank``), else from rank 0.
-                source = max(active) if scenario.join is not None else active[0]
-                for r in active:
-                    rank_buffers[r] = _clone(rank_buffers[source])
-            for r in active:
-                _load_buffers(model, rank_buffers[r])
-                at_forward[r].append(_clone(rank_buffers[r]))
+            for r in order:
+                loss: Any = 0
+                for i in positions:
+                    f = plan[i]
+                    sync = broadcast and bcast[i] and r != source
+                    if sync:
+                        rank_buffers[r] = _clone(source_at[i])
+                    if i == positions[0] or sync:  # in place, as DDP's broadcast writes
+                        _load_buffers(model, rank_buffers[r])
+                    if r == source:
+                        source_at[i] = _clone(rank_buffers[r])
+                    at_forward[r].append(_clone(rank_buffers[r]))
+                    inputs, target = batch(scenario, r, step, mb, world_size, device, f.index)
+                    seed_forward(scenario, r, step, mb, f.index)
+                    if not f.training:
+                        model.eval()
+                        with torch.no_grad():
+                            model(*inputs)
+                        model.train()
+                    else:
+                        with forward_context(scenario, device):
+                            out = model(*inputs)
+                        loss = loss + spec.loss(out, target)
+                    rank_buffers[r] = _clone(dict(model.named_buffers()))
+                if mb < 0:
+                    continue
                 model.zero_grad(set_to_none=True)
-                inputs, target = batch(scenario, r, step, mb, world_size, device)
-                spec.loss(model(*inputs), target).backward()
-                rank_buffers[r] = _clone(dict(model.named_buffers()))
+                loss.backward()
                 for name, p in params.items():
                     if p.grad is not None:
                         produced.add(name)
                         g = dense(p.grad)
                         acc = local[r].get(name)
                         local[r][name] = g if acc is None else acc + g
-            defined.append(frozenset(produced))
+            if mb >= 0:
+                defined.append(frozenset(produced))
 
         # zero_grad at the start of the step, as every rank does.
         previous = {n: None if scenario.zero_grad_set_to_none or g is None else torch.zeros_like(g)
@@ -188,6 +226,10 @@ def _sparse_parameter(model: torch.nn.Module, name: str) -> bool:
 
 
 def _load_buffers(model: torch.nn.Module, buffers: Tensors) -> None:
+    """Write ``buffers`` into the model's, as DDP's broadcast does: into their storage,
+    without bumping their autograd version (``.data``), so that a graph that saved a
+    buffer (BatchNorm's running statistics) survives a broadcast between two forwards of
+    one backward, as it does under torch's DDP."""
     with torch.no_grad():
         for name, b in model.named_buffers():
-            b.copy_(buffers[name])
+            b.data.copy_(buffers[name])

@@ -15,7 +15,15 @@ from typing import Any
 import torch
 
 from ddp_conformance.catalog.models import get_model
-from ddp_conformance.catalog.procedure import batch, build_module, make_comm_hook, make_optimizer, synced
+from ddp_conformance.catalog.procedure import (
+    batch,
+    build_module,
+    forward_context,
+    make_comm_hook,
+    make_optimizer,
+    seed_forward,
+    synced,
+)
 from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
 from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
@@ -112,7 +120,8 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
     clock.enter("steps")
     try:
         with join:
-            _train(scenario, adapter, record, steps, at_forward, rank, group_size, device, clock)
+            _train(scenario, adapter, module, record, steps, at_forward, rank, group_size,
+                   device, clock)
             TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
         if scenario.expect_error is None:
@@ -141,29 +150,42 @@ def _join_groups(groups: tuple[tuple[int, ...], ...], rank: int) -> tuple[Any, l
     return mine, ranks
 
 
-def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
-           at_forward: list[Tensors], rank: int, world_size: int, device: torch.device,
-           clock: PhaseClock) -> None:
-    """The training loop: per step, zero_grad, the microbatches, record, optimizer step.
+def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record: RankRecord,
+           steps: int, at_forward: list[Tensors], rank: int, world_size: int,
+           device: torch.device, clock: PhaseClock) -> None:
+    """The training loop: per step, the model's ``before_step``, the eval forward
+    (``eval_between_steps``), zero_grad, the microbatches (each ``forwards`` forwards and
+    one backward), record, optimizer step.
 
-    ``world_size`` is the DDP group's size (what the data is scaled by for exactness);
-    ``clock`` gets the snapshots as ``record``, the rest as ``steps``.
+    ``module`` is the unwrapped model; ``world_size`` is the DDP group's size (what the
+    data is scaled by for exactness); ``clock`` gets the snapshots as ``record``, the rest
+    as ``steps``.
     """
-    loss_fn = get_model(scenario.model).loss
+    spec = get_model(scenario.model)
     last = scenario.microbatches - 1
     for step in range(steps):
+        if spec.before_step is not None:
+            spec.before_step(module, step)
+        if scenario.eval_between_steps and step > 0:
+            TRACER.phase("eval", step)
+            _eval_forward(scenario, adapter, module, rank, step, world_size, device)
         TRACER.phase("zero_grad", step)
         clock.enter("steps")
         adapter.zero_grad(scenario.zero_grad_set_to_none)
         for mb in range(scenario.microbatches):
-            inputs, target = batch(scenario, rank, step, mb, world_size, device)
             if scenario.sync_strategy is not None:
                 sync = adapter.sync_context(mb == last, scenario.sync_strategy)
             else:
                 sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
             with sync:
                 TRACER.phase("forward", step, mb)
-                loss = loss_fn(adapter.forward(*inputs), target)
+                loss: Any = 0
+                for f in range(scenario.forwards):
+                    inputs, target = batch(scenario, rank, step, mb, world_size, device, f)
+                    seed_forward(scenario, rank, step, mb, f)
+                    with forward_context(scenario, device):
+                        out = adapter.forward(*inputs)
+                    loss = loss + spec.loss(out, target)
                 TRACER.phase("backward", step, mb)
                 adapter.backward(loss)
         TRACER.phase("record", step)
@@ -182,6 +204,20 @@ def _train(scenario: Scenario, adapter: Adapter, record: RankRecord, steps: int,
                                        list(at_forward)))
         at_forward.clear()
     clock.enter("steps")
+
+
+def _eval_forward(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, rank: int,
+                  step: int, world_size: int, device: torch.device) -> None:
+    """A validation forward through the candidate: ``eval()`` mode, ``torch.no_grad()``
+    (DDP then neither prepares a backward nor, at the next forward, broadcasts buffers)."""
+    inputs, _ = batch(scenario, rank, step, -1, world_size, device)
+    seed_forward(scenario, rank, step, -1)
+    module.eval()
+    try:
+        with torch.no_grad():
+            adapter.forward(*inputs)
+    finally:
+        module.train()
 
 
 def _unknowable(candidate: Candidate) -> frozenset[str]:

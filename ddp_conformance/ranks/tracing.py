@@ -38,8 +38,9 @@ from torch._C._distributed_c10d import Backend as C10dBackend
 from ddp_conformance.contract.backend import capability
 from ddp_conformance.ranks.flight import FlightRecorder
 
-#: Stages the engine marks; collectives in ``record`` come from the harness reading state.
-STAGES = ("wrap", "zero_grad", "forward", "backward", "optimizer", "join", "record")
+#: Stages the engine marks; collectives in ``record`` come from the harness reading state;
+#: ``eval`` is the forward under ``no_grad`` between steps (``Scenario.eval_between_steps``).
+STAGES = ("wrap", "eval", "zero_grad", "forward", "backward", "optimizer", "join", "record")
 
 
 @dataclass(slots=True)

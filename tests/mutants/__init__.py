@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-MODULES = ("reduction", "sync", "unused", "join", "hooks", "groups", "subtle")
+MODULES = ("reduction", "sync", "unused", "join", "hooks", "groups", "subtle", "modern")
 #: Realistic defects that no scenario catches with today's checks (each says which check
 #: would): kept apart, and tested to stay uncaught until that check exists. None today.
 GAP_MODULES: tuple[str, ...] = ()

@@ -1,7 +1,7 @@
 """``replica.*``: the ranks of a group hold the same model."""
 from __future__ import annotations
 
-from ddp_conformance.catalog.procedure import buffers_broadcast
+from ddp_conformance.catalog.procedure import broadcasts
 from ddp_conformance.judge.registry import Context, check, values
 from ddp_conformance.judge.tolerance import BITWISE
 
@@ -14,7 +14,7 @@ def replica_consistency(ctx: Context) -> None:
       that trained in it (every rank applies the same averaged gradient: torch's DDP
       relies on this and never re-broadcasts parameters);
     - ``replica.buffer_broadcast``: with ``broadcast_buffers``, every forward at which DDP
-      broadcasts (``procedure.buffers_broadcast``: torch's ``_pre_forward`` after a synced
+      broadcasts (``procedure.broadcasts``: torch's ``_pre_forward`` after a synced
       forward) starts from the same buffers on every rank, bitwise;
     - ``replica.final``: after the training loop (and Join's final sync), parameters are
       bitwise identical on every rank, and under Join buffers equal the last joiner's
@@ -32,9 +32,10 @@ def replica_consistency(ctx: Context) -> None:
                            holders[first].steps[step].params, BITWISE, f"rank {first}")
             if scenario.broadcasts_buffers():
                 ref_fwd = holders[first].steps[step].buffers_at_forward
-                for mb, bufs in enumerate(rec.steps[step].buffers_at_forward):
-                    if buffers_broadcast(scenario, step, mb) and mb < len(ref_fwd):
-                        ev.compare_all("replica.buffer_broadcast", step, rank, bufs, ref_fwd[mb],
+                at = broadcasts(scenario, step)
+                for i, bufs in enumerate(rec.steps[step].buffers_at_forward):
+                    if i < len(at) and at[i] and i < len(ref_fwd):
+                        ev.compare_all("replica.buffer_broadcast", step, rank, bufs, ref_fwd[i],
                                        BITWISE, f"rank {first}'s buffers at the same forward")
     exact = ctx.policy
     for rank, rec in records.items():

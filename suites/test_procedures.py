@@ -1,0 +1,78 @@
+"""Procedures of modern training: activation checkpointing, autocast, several forwards per
+backward, an eval forward between steps, uneven per-rank batches."""
+from ddp_conformance import Accumulate, Scenario
+
+REENTRANT = {"checkpoint": "reentrant"}
+NON_REENTRANT = {"checkpoint": "non_reentrant"}
+
+SCENARIOS = [
+    # Activation checkpointing (every GPT block). torch's rules: reentrant checkpointing
+    # marks parameters ready inside a nested backward, which find_unused_parameters
+    # cannot see (DDP raises); static_graph or non-reentrant checkpointing work.
+    Scenario("procedures/checkpoint-reentrant", "gpt", model_kwargs=REENTRANT,
+             description="reentrant activation checkpointing"),
+    Scenario("procedures/checkpoint-reentrant-static-graph", "gpt", model_kwargs=REENTRANT,
+             ddp_options={"static_graph": True},
+             description="reentrant checkpointing under static_graph"),
+    Scenario("procedures/checkpoint-reentrant-find-unused", "gpt", model_kwargs=REENTRANT,
+             ddp_options={"find_unused_parameters": True},
+             expect_error=r"RuntimeError: Expected to mark a variable ready only once",
+             description="reentrant checkpointing with find_unused_parameters: DDP must raise"),
+    Scenario("procedures/checkpoint-non-reentrant", "gpt", model_kwargs=NON_REENTRANT,
+             description="non-reentrant activation checkpointing"),
+    Scenario("procedures/checkpoint-non-reentrant-static-graph", "gpt",
+             model_kwargs=NON_REENTRANT, ddp_options={"static_graph": True},
+             description="non-reentrant checkpointing under static_graph"),
+    Scenario("procedures/checkpoint-non-reentrant-find-unused", "gpt",
+             model_kwargs=NON_REENTRANT, ddp_options={"find_unused_parameters": True},
+             description="non-reentrant checkpointing with find_unused_parameters"),
+    Scenario("procedures/checkpoint-non-reentrant-no-sync", "gpt", model_kwargs=NON_REENTRANT,
+             steps=2, microbatches=2, accumulate=Accumulate.NO_SYNC,
+             description="non-reentrant checkpointing, accumulation in no_sync"),
+    # autocast: bfloat16 forward, float32 master weights and float32 gradients reduced.
+    Scenario("procedures/autocast-bf16", "mlp", autocast="bfloat16", optimizer="adam",
+             description="autocast bfloat16 forward, float32 weights"),
+    Scenario("procedures/autocast-bf16-gpt", "gpt", autocast="bfloat16",
+             description="GPT-style under autocast bfloat16"),
+    Scenario("procedures/autocast-bf16-no-sync", "conv_bn", autocast="bfloat16", steps=2,
+             microbatches=2, accumulate=Accumulate.NO_SYNC, min_world_size=2,
+             description="autocast bfloat16 conv + BatchNorm, accumulation in no_sync"),
+    # Several forwards before one backward.
+    Scenario("procedures/forward-twice", "mlp", forwards=2,
+             description="two forwards, one backward through the sum of their losses"),
+    Scenario("procedures/forward-twice-buffers", "conv_bn", forwards=2, min_world_size=2,
+             description="two forwards of conv + BatchNorm: the second starts from rank 0's "
+                         "buffers again"),
+    Scenario("procedures/forward-twice-unused", "unused_on_rank1", forwards=2,
+             ddp_options={"find_unused_parameters": True},
+             description="two forwards, a branch unused on rank 1"),
+    Scenario("procedures/forward-twice-no-sync", "conv_bn", forwards=2, steps=2,
+             microbatches=2, accumulate=Accumulate.NO_SYNC, min_world_size=2,
+             description="two forwards per microbatch, accumulation in no_sync"),
+    # A validation forward under torch.no_grad() and eval() between steps.
+    Scenario("procedures/eval-between-steps", "conv_bn", eval_between_steps=True,
+             min_world_size=2,
+             description="an eval forward under no_grad between steps: DDP broadcasts buffers "
+                         "before it, and not before the next training forward"),
+    Scenario("procedures/eval-between-steps-no-sync", "conv_bn", eval_between_steps=True,
+             steps=3, microbatches=2, accumulate=Accumulate.NO_SYNC, min_world_size=2,
+             description="eval forwards between no_sync accumulation steps"),
+    Scenario("procedures/eval-between-steps-resnet", "resnet_channels_last",
+             eval_between_steps=True, min_world_size=2,
+             description="eval forwards of a channels_last ResNet between steps"),
+    # Uneven per-rank batches: DDP averages the per-rank means, not the sample-weighted
+    # mean over the global batch.
+    Scenario("procedures/uneven-batches", "mlp", batch_size=2, batch_size_step=3,
+             min_world_size=2,
+             description="rank r trains on 2 + 3r samples: DDP's gradient is the mean of "
+                         "per-rank means, not the sample-weighted mean"),
+    Scenario("procedures/uneven-batches-exact", "dyadic", batch_size=1, batch_size_step=2,
+             exact=True, lr=0.125, min_world_size=2,
+             description="uneven batches, exact-valued: bitwise the mean of per-rank means"),
+    Scenario("procedures/uneven-batches-buffers", "conv_bn", batch_size=2, batch_size_step=2,
+             min_world_size=2,
+             description="uneven batches through BatchNorm (per-rank statistics)"),
+    Scenario("procedures/uneven-batches-no-sync", "gpt", batch_size=1, batch_size_step=1,
+             steps=2, microbatches=2, accumulate=Accumulate.NO_SYNC, min_world_size=2,
+             description="uneven batches, GPT-style, accumulation in no_sync"),
+]

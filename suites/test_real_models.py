@@ -1,0 +1,76 @@
+"""Real-world models (``catalog/real_models.py``): a GPT-style stack, a channels_last
+ResNet, an LSTM, a top-1 mixture of experts, a layer frozen mid-run."""
+from ddp_conformance import Accumulate, JoinSpec, Scenario
+
+#: A bucket cap of about 100 bytes: every parameter in a bucket of its own.
+TINY = 0.0001
+#: torch's error when a parameter DDP waits for got no gradient (the reducer notices at
+#: the next forward, on every rank).
+UNFINISHED = r"RuntimeError: Expected to have finished reduction in the prior iteration"
+
+SCENARIOS = [
+    # GPT-style: tied embedding/head (one parameter, two uses), LayerNorm, attention, and
+    # dropout whose masks the oracle reproduces per rank.
+    Scenario("real/gpt", "gpt", optimizer="adam",
+             description="GPT-style blocks with tied embedding and dropout, Adam"),
+    Scenario("real/gpt-tiny-cap-bucket-view", "gpt", optimizer="sgd_momentum",
+             ddp_options={"bucket_cap_mb": TINY, "gradient_as_bucket_view": True},
+             description="GPT-style, one bucket per parameter, gradients as bucket views"),
+    Scenario("real/gpt-no-sync", "gpt", steps=2, microbatches=3, accumulate=Accumulate.NO_SYNC,
+             description="GPT-style, gradient accumulation over 3 microbatches in no_sync"),
+    Scenario("real/gpt-static-graph", "gpt", ddp_options={"static_graph": True},
+             description="GPT-style under static_graph (buckets rebuilt after step 0)"),
+    Scenario("real/gpt-per-rank-init", "gpt", init="per_rank",
+             description="GPT-style, each rank its own initial weights: init sync"),
+    Scenario("real/gpt-join", "gpt", steps=3, min_world_size=2, join=JoinSpec(),
+             description="GPT-style with uneven inputs under Join"),
+    # ResNet-style in channels_last: DDP's buckets must take 4-d gradients in that layout.
+    Scenario("real/resnet-channels-last", "resnet_channels_last", optimizer="sgd_momentum",
+             min_world_size=2,
+             description="channels_last residual net; BatchNorm buffers broadcast from rank 0"),
+    Scenario("real/resnet-channels-last-bucket-view", "resnet_channels_last",
+             ddp_options={"gradient_as_bucket_view": True, "bucket_cap_mb": TINY},
+             description="channels_last gradients as views into DDP's buckets"),
+    Scenario("real/resnet-channels-last-no-broadcast", "resnet_channels_last",
+             ddp_options={"broadcast_buffers": False},
+             description="channels_last, each rank keeps its own BatchNorm statistics"),
+    Scenario("real/resnet-channels-last-no-sync", "resnet_channels_last", steps=2,
+             microbatches=2, accumulate=Accumulate.NO_SYNC, min_world_size=2,
+             description="channels_last, accumulation in no_sync (no broadcast inside)"),
+    # LSTM: torch keeps the weights of all layers as one flat list.
+    Scenario("real/lstm", "lstm", optimizer="adam", description="two-layer LSTM, Adam"),
+    Scenario("real/lstm-tiny-cap-bucket-view", "lstm",
+             ddp_options={"bucket_cap_mb": TINY, "gradient_as_bucket_view": True},
+             description="LSTM, one bucket per weight, gradients as bucket views"),
+    # Mixture of experts: which experts run depends on the data, per rank and step.
+    Scenario("real/moe", "moe", steps=4, ddp_options={"find_unused_parameters": True},
+             description="top-1 MoE: experts unused on some ranks and steps"),
+    Scenario("real/moe-tiny-cap", "moe", steps=4, optimizer="sgd_momentum",
+             ddp_options={"find_unused_parameters": True, "bucket_cap_mb": TINY},
+             description="top-1 MoE, one bucket per parameter"),
+    Scenario("real/moe-no-sync", "moe", steps=2, microbatches=3, accumulate=Accumulate.NO_SYNC,
+             ddp_options={"find_unused_parameters": True},
+             description="top-1 MoE, accumulation in no_sync: an expert used in any "
+                         "microbatch is reduced"),
+    Scenario("real/moe-without-find-unused", "moe", steps=4, min_world_size=2,
+             expect_error=UNFINISHED,
+             description="top-1 MoE without find_unused_parameters: DDP must raise, not hang"),
+    # Defined for 2 and 3 ranks: whether a rank's graph changes depends on its data, and
+    # with 4 ranks rank 3's does not at step 1, so torch's DDP raises on ranks 0-2 only
+    # and rank 3 waits in its allreduce forever (static_graph promises an unchanging graph).
+    Scenario("real/moe-static-graph", "moe", steps=4, world_sizes=(2, 3),
+             ddp_options={"static_graph": True},
+             expect_error=r"RuntimeError: Your training graph has changed in this iteration",
+             description="top-1 MoE under static_graph: the graph changes, DDP must raise"),
+    # requires_grad changes mid-run.
+    Scenario("real/freeze-mid-run", "freeze_mid_run", steps=4,
+             ddp_options={"find_unused_parameters": True},
+             description="a layer frozen at step 2 and unfrozen at step 3"),
+    Scenario("real/freeze-mid-run-momentum-zeroed", "freeze_mid_run", steps=4,
+             optimizer="sgd_momentum", zero_grad_set_to_none=False,
+             ddp_options={"find_unused_parameters": True},
+             description="frozen at step 2 with zeroed (not None) gradients: momentum moves it"),
+    Scenario("real/freeze-mid-run-without-find-unused", "freeze_mid_run", steps=4,
+             expect_error=UNFINISHED,
+             description="freezing without find_unused_parameters: DDP must raise at step 3"),
+]
