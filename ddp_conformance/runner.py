@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -94,12 +95,16 @@ class Runner:
         #: The last scenario's records on this runner (None: it produced none).
         self.last_records: dict[int, RankRecord] | None = None
         self._oracles: dict[str, OracleRecord] = {}
+        #: Computes a scenario's oracles while its job runs on the ranks (the parent waits
+        #: on sockets then; torch releases the GIL in its kernels).
+        self._oracle_thread = ThreadPoolExecutor(1, thread_name_prefix="ddp-oracle")
         self._references: dict[str, dict[int, RankRecord] | None] = {}
         self.reference_notes: dict[str, str] = {}
         #: Where the current case's time goes (see :mod:`ddp_conformance.judge.costs`).
         self._costs = CostMeter()
 
     def close(self) -> None:
+        self._oracle_thread.shutdown(wait=True)
         try:
             if self.comparison is not None:
                 self.comparison.close()
@@ -184,9 +189,14 @@ class Runner:
         job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
                   seed=scenario.seed, scenario=scenario, candidate=spec, trace=self.config.trace)
         job_started = time.perf_counter()
-        outcome = self.pool.run(job, self.config.timeout_s)
+        oracles = self._prefetch_oracles(scenario)
+        try:
+            outcome = self.pool.run(job, self.config.timeout_s)
+        finally:
+            job_s = time.perf_counter() - job_started
+            self._collect_oracles(oracles)
         rank_times = [r.times for r in outcome.results.values() if isinstance(r, RankRecord)]
-        self._costs.add_job(time.perf_counter() - job_started, outcome.handover_s,
+        self._costs.add_job(job_s, outcome.handover_s,
                             rank_times if outcome.status == "done" else [])
         if outcome.status != "done":
             return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
@@ -241,9 +251,39 @@ class Runner:
             self._references[scenario.id] = records
         return self._references[scenario.id]
 
+    @staticmethod
+    def _oracle_key(scenario: Scenario, group: list[int]) -> str:
+        return f"{scenario.id}@{','.join(map(str, group))}"
+
+    def _prefetch_oracles(self, scenario: Scenario) -> Future[dict[str, OracleRecord]] | None:
+        """Start computing the scenario's missing oracles on the oracle thread."""
+        groups = [g for g in scenario.groups_for(self.config.world_size)
+                  if self._oracle_key(scenario, g) not in self._oracles]
+        if not groups:
+            return None
+        threads = self.pool.threads
+
+        def compute() -> dict[str, OracleRecord]:
+            return {self._oracle_key(scenario, g): run_oracle(scenario, g, torch.device("cpu"),
+                                                              threads) for g in groups}
+
+        return self._oracle_thread.submit(compute)
+
+    def _collect_oracles(self, future: Future[dict[str, OracleRecord]] | None) -> None:
+        """Wait for a prefetch (always: it must not overlap the next case); the wait is
+        the oracle's cost. A failed one is left to :meth:`oracle` to raise where it is
+        needed."""
+        if future is None:
+            return
+        with self._costs.timing("oracle"):
+            try:
+                self._oracles.update(future.result())
+            except Exception:  # noqa: BLE001 - recomputed, and raised, by oracle() if needed
+                pass
+
     def oracle(self, scenario: Scenario, group: list[int]) -> OracleRecord:
         """The oracle of ``scenario`` for one DDP group (computed once per run)."""
-        key = f"{scenario.id}@{','.join(map(str, group))}"
+        key = self._oracle_key(scenario, group)
         if key not in self._oracles:
             device = torch.device("cpu")  # the oracle's models are small; see SPEC.md
             with self._costs.timing("oracle"):  # charged to the case that computes it

@@ -55,6 +55,7 @@ def _tail(text: str, limit: int = MAX_TRACE_LINES) -> str:
 
 def case_markdown(r: Result) -> list[str]:
     lines = [f"### {r.verdict.value} `{r.case_id}`", "", r.summary_line() or "", ""]
+    lines += [f"Note: {note}" for note in r.notes] + ([""] if r.notes else [])
     if r.expectation:
         lines += [f"Expected to fail: {r.expectation}", ""]
     divs = divergences(r)

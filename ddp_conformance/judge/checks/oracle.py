@@ -22,6 +22,14 @@ def oracle_equivalence(ctx: Context) -> None:
     With ``oracle_after_join`` off, steps after a rank joined are not compared.
     """
     ev, scenario, oracle = ctx.evidence, ctx.scenario, ctx.oracle
+    if scenario.batch_size_step:
+        ranks = sorted(ctx.records)
+        sizes = [scenario.batch_size_for(r) for r in ranks]
+        ev.note(f"uneven batches ({', '.join(map(str, sizes))} samples on ranks "
+                f"{', '.join(map(str, ranks))}): DDP's gradient is the mean of the per-rank "
+                f"means, each rank weighted 1/{len(ranks)}, which the oracle computes; a "
+                f"sample-weighted mean would weight them "
+                f"{', '.join(f'{n}/{sum(sizes)}' for n in sizes)}")
     exact = ctx.policy
     for rank, rec in sorted(ctx.records.items()):
         for step, srec in enumerate(rec.steps):
