@@ -256,7 +256,10 @@ class Runner:
         return f"{scenario.id}@{','.join(map(str, group))}"
 
     def _prefetch_oracles(self, scenario: Scenario) -> Future[dict[str, OracleRecord]] | None:
-        """Start computing the scenario's missing oracles on the oracle thread."""
+        """Start computing the scenario's missing oracles on the oracle thread (not where
+        rank 0 runs in this process: the oracle seeds torch's global RNG)."""
+        if getattr(self.pool, "in_process", True):
+            return None
         groups = [g for g in scenario.groups_for(self.config.world_size)
                   if self._oracle_key(scenario, g) not in self._oracles]
         if not groups:

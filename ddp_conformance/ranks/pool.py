@@ -79,6 +79,9 @@ class Pool(Protocol):
     """What the runner needs of a pool: the rank pool here, or ranks started by torchrun."""
 
     threads: int
+    #: Whether a job's rank 0 runs in this very process (torchrun's leader): the runner then
+    #: leaves torch's process-wide state (RNG, thread count) alone while a job runs.
+    in_process: bool
 
     def start(self) -> None: ...
 
@@ -121,6 +124,7 @@ class RankPool:
         self.spare = spare and not fresh
         self.startup_timeout_s = startup_timeout_s
         self.threads = threads_per_rank or max(1, (os.cpu_count() or 1) // max(1, world_size))
+        self.in_process = False  # every rank is a process of its own
         #: Rank processes started (spares included), and replacements taken from a spare.
         self.spawned = 0
         self.handovers = 0

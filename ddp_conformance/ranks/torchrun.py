@@ -154,6 +154,7 @@ class TorchrunPool:
             raise UsageError("TorchrunPool runs on global rank 0; other ranks call follow()")
         self.world_size = self.member.world_size
         self.threads = self.member.threads
+        self.in_process = True  # rank 0's jobs run in this process
         self._jobs = 0
         self._stuck: str | None = None
 
