@@ -3,63 +3,99 @@
 The script needs torch and the candidate's package, nothing of the harness. It runs under
 ``torchrun --nproc-per-node N`` (Gloo on the CPU), rebuilds the scenario's model and data
 (the model's code is copied from :mod:`ddp_conformance.catalog.models`: only the
-definitions it needs, found by following the names its registration uses; the seeds are
-the harness's, written out as tables), trains it with the candidate, and checks what the
-harness's oracle, replica and buffer checks check, in one process per rank:
+definitions it needs, found by following the names its registration uses; the seeds and
+the per-microbatch decisions are the harness's, written out as tables; the comm hook is
+the branch of ``catalog.procedure.make_comm_hook`` copied), trains it with the candidate
+the way ``ranks/engine.py`` drives a DDP-like candidate, and checks what the harness's
+checks check, in one process per rank:
 
-- each synced step's gradients against the single-process result: the same model, from
-  rank 0's initial weights (what DDP's init sync gives), run on every rank's batch, the
-  local gradients averaged over the ranks and summed over the microbatches; norm-wise
-  within the harness's tolerance for the dtype (``judge/tolerance.py``: ``max|g - e| <=
-  rtol * scale``, scale the largest magnitude the reduction adds), bitwise for an exact
-  scenario;
-- the parameters after each step against the single-process optimizer's, and bitwise
-  equal on every rank;
-- with ``broadcast_buffers`` on, the buffers at the start of each forward where DDP
-  broadcasts them equal to rank 0's;
-- no reducing collective in a backward inside ``no_sync`` (the candidate gets a process
-  group that forwards to the world group and counts them).
+- against a single-process result computed the way ``judge/oracle.py`` computes it (the
+  same model from the group's rank 0 initial weights, every active rank's batch in turn,
+  local gradients summed over the microbatches, divided by the group size or, under Join
+  with ``divide_by_initial_world_size=False``, by the ranks still active, summed in rank
+  order; buffers simulated per rank, broadcast from rank 0, or under Join from the highest
+  active rank): the initial parameters and buffers (DDP's init sync), at each step the
+  buffers at the start of every forward, the gradients (``None`` where the result's is),
+  the parameters and buffers after the step; norm-wise within the harness's tolerance
+  (``judge/tolerance.py``), bitwise for an exact scenario; with ``oracle_after_join``
+  off, only while every rank is active;
+- the collectives, logged by a Gloo process group every group of the script is made of
+  (DDP's C++ reducer goes through it too): nothing reduced or broadcast inside
+  ``no_sync`` (``trace.no_sync``), reductions in a lossless wire dtype or the comm hook's,
+  and enough of each dtype in a mixed model (``trace.dtype``), and every synced backward
+  reducing every gradient element once
+  (``trace.reduced_once``, where the scenario's ``trace_volume`` is on);
+- the replicas: parameters bitwise equal on every rank that ran the step, buffers at each
+  broadcasting forward too, and after the training (Join's exit included) every rank's
+  parameters equal, buffers equal to the last joiner's under Join;
+- where the scenario expects an error, that error on every rank (regular expression on
+  "Type: message"); as in the harness nothing else is compared then (the failing
+  iteration is no DDP step: without ``find_unused_parameters`` the step before the error
+  never finished its reduction).
+
+Join (``Join([ddp] + [the optimizer if Joinable], ...)``, rank ``r`` of the group running
+``JoinSpec.steps_for(r)`` steps), Composer's sync strategies (``ddp_sync_context``, copied
+from ``ddp_reference``), process subgroups (every rank creates every group; a rank in none
+idles), ZeroRedundancyOptimizer, PowerSGD and the comm hooks are written as the engine
+runs them.
 
 The first violation raises ``AssertionError`` with one evidence line ("rank 1, step 2,
 'fc.weight': gradient: max abs error 0.0315 vs the single-process result (tolerance
 1.1e-06)"). ``--ddp torch`` swaps the candidate for torch's DDP: the same script then
 passes, which shows the defect is the candidate's.
 
-Scenarios whose procedure the script does not write (Join, sync strategies, process
-subgroups, ZeRO, PowerSGD, an expected error) are refused with a usage error.
+What the script cannot write faithfully is refused with a usage error (:func:`refusal`).
 """
 from __future__ import annotations
 
 import ast
 import inspect
 import os
+import pprint
 import textwrap
 
+import torch
+
 from ddp_conformance.catalog import models as models_module
+from ddp_conformance.catalog import procedure
 from ddp_conformance.catalog.procedure import buffers_broadcast, synced
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import UsageError
+from ddp_conformance.judge.checks.trace_dtype import HOOK_WIRE_DTYPE
 from ddp_conformance.judge.tolerance import RTOL
-
-#: Comm hooks the script registers, as torch names them (``allreduce_to_new_tensor`` is
-#: written out in the script).
-HOOKS = {"allreduce": "default_hooks.allreduce_hook",
-         "fp16_compress": "default_hooks.fp16_compress_hook",
-         "allreduce_to_new_tensor": "allreduce_to_new_tensor"}
+from ddp_conformance.judge.wire_dtypes import HOLDS
 
 
 def unsupported(scenario: Scenario) -> str:
-    """Why the script cannot reproduce ``scenario`` ('' if it can)."""
+    """Why the script cannot reproduce ``scenario`` at any world size ('' if it can)."""
+    from ddp_conformance.catalog.models import get_model
+
     reasons = [what for what, present in (
-        ("Join", scenario.join is not None),
-        ("a sync strategy", scenario.sync_strategy is not None),
-        ("process subgroups", scenario.groups is not None),
-        ("ZeroRedundancyOptimizer", scenario.optimizer.value == "zero_sgd"),
-        ("an expected error", scenario.expect_error is not None),
-        ("PowerSGD", scenario.comm_hook is not None and scenario.comm_hook.value == "powersgd"),
-        ("a comm hook registered twice", scenario.comm_hook_registrations > 1),
+        ("a backend other than Gloo", scenario.unsupported_backend("gloo") != ""),
+        ("several forwards per backward", scenario.forwards > 1),
+        ("an eval forward between steps", scenario.eval_between_steps),
+        ("autocast", scenario.autocast is not None),
+        ("uneven per-rank batches", scenario.batch_size_step > 0),
+        ("a model changed between steps", get_model(scenario.model).before_step is not None),
+        # Only catalog/models.py is copied into the script; the real-world and composed
+        # models (dropout needs the per-forward seeding too) are not yet.
+        ("a model outside catalog/models.py",
+         get_model(scenario.model).build.__module__ != models_module.__name__
+         and getattr(get_model(scenario.model).build, "__module__", "") != "builtins"),
     ) if present]
     return ", ".join(reasons)
+
+
+def refusal(scenario: Scenario, world_size: int) -> str:
+    """The one line saying why no script is written for ``scenario`` at ``world_size``
+    ('' if one is)."""
+    why = unsupported(scenario)
+    if why:
+        return f"repro: {scenario.id} uses {why}, which the standalone script does not write yet"
+    wrong_size = scenario.unsupported_world_size(world_size)
+    if wrong_size:
+        return f"repro: {scenario.id} is {wrong_size}, not {world_size} ranks (--world-size)"
+    return ""
 
 
 def model_source(model: str) -> str:
@@ -98,13 +134,38 @@ def model_source(model: str) -> str:
     return "\n\n\n".join(parts)
 
 
+def comm_hook_source(name: str) -> str:
+    """``comm_hook(process_group)`` for the script: the branch of
+    ``catalog.procedure.make_comm_hook`` for hook ``name``, copied with its comments, after
+    the procedure module's functions it calls (``_allreduce_to_new_tensor``)."""
+    source = textwrap.dedent(inspect.getsource(procedure.make_comm_hook))
+    lines = source.splitlines()
+    branch: ast.If | None = None
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and \
+                isinstance(node.test.comparators[0], ast.Constant) and \
+                node.test.comparators[0].value == name:
+            branch = node
+    if branch is None or branch.body[-1].end_lineno is None:
+        raise UsageError(f"repro: no comm hook {name!r} in catalog/procedure.make_comm_hook")
+    body = textwrap.dedent("\n".join(lines[branch.lineno:branch.body[-1].end_lineno]))
+    helpers = [inspect.getsource(value) for helper, value in vars(procedure).items()
+               if inspect.isfunction(value) and value.__module__ == procedure.__name__
+               and helper in {n.id for stmt in branch.body for n in ast.walk(stmt)
+                              if isinstance(n, ast.Name)}]
+    function = ('def comm_hook(process_group):\n'
+                '    """(state, hook) of the scenario\'s comm hook, as the harness registers '
+                'it\n    (ddp_conformance/catalog/procedure.py: make_comm_hook)."""\n'
+                + textwrap.indent(body, "    "))
+    return "\n\n".join([*helpers, function])
+
+
 def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
     """The reproducer's source for ``scenario`` with ``candidate`` (``module:attr``, a
     DDP-like callable) at ``world_size`` ranks."""
-    why = unsupported(scenario)
+    why = refusal(scenario, world_size)
     if why:
-        raise UsageError(f"repro: {scenario.id} uses {why}, which the standalone script does "
-                         "not write yet")
+        raise UsageError(why)
     if ":" not in candidate:
         if candidate != "torch":
             raise UsageError(f"repro: the candidate must be module:attr (a DDP-like callable) "
@@ -113,7 +174,33 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
     else:
         module_name, attr = candidate.split(":", 1)
     steps, mbs = scenario.steps, scenario.microbatches
+    groups = scenario.groups_for(world_size)
+    model = procedure.build_module(scenario, groups[0][0], torch.device("cpu"))
+    grad_dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()
+                          if p.requires_grad})
+    hook = scenario.comm_hook.value if scenario.comm_hook else None
+    settings = dict(
+        WORLD_SIZE=world_size, STEPS=steps, MICROBATCHES=mbs, BATCH_SIZE=scenario.batch_size,
+        OPTIMIZER=scenario.optimizer.value, LR=scenario.lr,
+        SET_TO_NONE=scenario.zero_grad_set_to_none, DDP_OPTIONS=dict(scenario.ddp_options),
+        BROADCAST_BUFFERS=scenario.broadcasts_buffers(), SAME_INIT=scenario.init.value == "same",
+        GROUPS=[list(g) for g in scenario.groups] if scenario.groups else None,
+        JOIN=None if scenario.join is None else dict(
+            divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
+            throw_on_early_termination=scenario.join.throw_on_early_termination),
+        ORACLE_AFTER_JOIN=scenario.oracle_after_join,
+        SYNC_STRATEGY=scenario.sync_strategy.value if scenario.sync_strategy else None,
+        COMM_HOOK=hook, COMM_HOOK_REGISTRATIONS=scenario.comm_hook_registrations,
+        HOOK_WIRE_DTYPE=HOOK_WIRE_DTYPE.get(hook or ""),
+        EXPECT_ERROR=scenario.expect_error, TRACE_VOLUME=scenario.trace_volume,
+        EXACT=scenario.exact, RTOL_OVERRIDE=scenario.rtol,
+        RTOL={str(k).removeprefix("torch."): v for k, v in RTOL.items()},
+        GRAD_DTYPES=grad_dtypes, HOLDS={w: sorted(g) for w, g in HOLDS.items()},
+        MODEL_RANK_AWARE=models_module.get_model(scenario.model).rank_aware,
+        MODEL_KWARGS=dict(scenario.model_kwargs))
     table = {
+        # Join: rank r of its group runs max(1, STEPS - r * fewer) steps (JoinSpec.steps_for)
+        "STEPS_FOR": {r: scenario.steps_for(g.index(r)) for g in groups for r in g},
         "INIT_SEEDS": {r: scenario.init_seed(r) for r in range(world_size)},
         "DATA_SEEDS": {(r, s, m): scenario.data_seed(r, s, m) for r in range(world_size)
                        for s in range(steps) for m in range(mbs)},
@@ -121,23 +208,43 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
         "BUFFERS_BROADCAST": {(s, m): buffers_broadcast(scenario, s, m)
                               for s in range(steps) for m in range(mbs)},
     }
-    rtol = {str(k).removeprefix("torch."): v for k, v in RTOL.items()}
-    settings = dict(
-        WORLD_SIZE=world_size, STEPS=steps, MICROBATCHES=mbs, BATCH_SIZE=scenario.batch_size,
-        OPTIMIZER=scenario.optimizer.value, LR=scenario.lr,
-        SET_TO_NONE=scenario.zero_grad_set_to_none, DDP_OPTIONS=dict(scenario.ddp_options),
-        COMM_HOOK=HOOKS.get(scenario.comm_hook.value) if scenario.comm_hook else None,
-        EXACT=scenario.exact, RTOL_OVERRIDE=scenario.rtol, RTOL=rtol,
-        MODEL_RANK_AWARE=models_module.get_model(scenario.model).rank_aware,
-        MODEL_KWARGS=dict(scenario.model_kwargs))
-    constants = "\n".join(f"{k} = {v!r}" for k, v in {**settings, **table}.items())
+    constants = "\n".join((f"# {_NOTES[k]}\n" if k in _NOTES else "")
+                          + f"{k} = {pprint.pformat(v, width=96, compact=True)}"
+                          for k, v in {**settings, **table}.items())
     header = _HEADER.format(id=scenario.id, candidate=candidate, ws=world_size,
                             name=f"repro_{scenario.id.replace('/', '_').replace('-', '_')}.py")
-    hook_line = COMM_HOOK_IMPORT if scenario.comm_hook else ""
-    return "\n".join([header, _IMPORTS + hook_line, "", "# --- the scenario " + "-" * 66,
-                      f"CANDIDATE = {(module_name, attr)!r}  # module, attribute", constants, "",
-                      "# --- the model, from ddp_conformance/catalog/models.py " + "-" * 27,
-                      model_source(scenario.model), "", _BODY])
+    imports = _IMPORTS + ("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, "
+                          "powerSGD_hook\n" if hook else "")
+    parts = [header, imports, "", "# --- the scenario " + "-" * 66,
+             f"CANDIDATE = {(module_name, attr)!r}  # module, attribute", constants, "",
+             "# --- the model, from ddp_conformance/catalog/models.py " + "-" * 27,
+             model_source(scenario.model), ""]
+    parts += ["", "# --- the comm hook, from ddp_conformance/catalog/procedure.py " + "-" * 20,
+              comm_hook_source(hook) if hook else "comm_hook = None  # the scenario registers none",
+              ""]
+    return "\n".join([*parts, _BODY])
+
+
+#: Comments on the script's constants.
+_NOTES = {
+    "DDP_OPTIONS": "the candidate's constructor keywords (besides process_group)",
+    "GROUPS": "DDP process groups (global ranks), every rank creates each in order; None: the world",
+    "JOIN": "Join's keywords (None: no Join)",
+    "ORACLE_AFTER_JOIN": "compare with the single-process result after a rank has joined",
+    "SYNC_STRATEGY": "Composer's gradient-accumulation sync strategy (None: SYNCED decides)",
+    "HOOK_WIRE_DTYPE": "the dtype the comm hook reduces in (None: a dtype holding the gradients')",
+    "EXPECT_ERROR": "the error every rank must raise, on 'Type: message' (then nothing else is "
+                    "compared)",
+    "TRACE_VOLUME": "check that each synced backward reduces every gradient element once",
+    "RTOL": "norm-wise tolerance per dtype (ddp_conformance/judge/tolerance.py); RTOL_OVERRIDE "
+            "replaces it",
+    "GRAD_DTYPES": "the dtypes of the parameters that require gradients",
+    "HOLDS": "per wire dtype, the gradient dtypes it holds exactly (judge/wire_dtypes.py)",
+    "STEPS_FOR": "steps per global rank (Join: rank r of its group runs max(1, STEPS - r * fewer))",
+    "SYNCED": "per microbatch, whether its backward reduces gradients",
+    "BUFFERS_BROADCAST": "per (step, microbatch), whether DDP broadcasts buffers at its forward "
+                         "(after a synced forward)",
+}
 
 
 def write_file(script: str, scenario: Scenario, directory: str) -> str:
@@ -161,12 +268,14 @@ Written by `ddp-conformance repro`; what it checks is said in ddp_conformance/re
 
 _IMPORTS = '''from __future__ import annotations
 
-import copy
 import importlib
+import itertools
 import os
+import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -174,21 +283,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-Batch = tuple[tuple[Any, ...], Tensor]
-'''
-
-COMM_HOOK_IMPORT = '''from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-
-def allreduce_to_new_tensor(group, bucket):  # a hook whose result is a new tensor
-    averaged = bucket.buffer() / dist.get_world_size(group)
-    work = dist.all_reduce(averaged, group=group, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
 '''
 
 _BODY = textwrap.dedent('''
-    # --- the procedure and the checks ---------------------------------------------------
+    # --- the procedure, as ddp_conformance/ranks/engine.py drives a DDP-like candidate ---
 
 
     def build(rank):
@@ -197,52 +295,497 @@ _BODY = textwrap.dedent('''
         return SPEC.build(**kwargs)
 
 
-    def batch(rank, step, mb):
+    def batch(rank, step, mb, group_size):
         gen = torch.Generator().manual_seed(DATA_SEEDS[(rank, step, mb)])
-        return SPEC.batch(gen, BATCH_SIZE, rank, WORLD_SIZE, step)
+        return SPEC.batch(gen, BATCH_SIZE, rank, group_size, step)
 
 
-    def optimizer(params):
-        if OPTIMIZER == "sgd":
+    def optimizer(params, distributed=True):
+        """ZeroRedundancyOptimizer over SGD on the ranks, plain SGD in the single process
+        (ZeRO changes where the update is computed, not its value)."""
+        if OPTIMIZER == "zero_sgd" and distributed:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr=LR)
+        if OPTIMIZER in ("sgd", "zero_sgd"):
             return torch.optim.SGD(params, lr=LR)
         if OPTIMIZER == "sgd_momentum":
             return torch.optim.SGD(params, lr=LR, momentum=0.9)
         return torch.optim.Adam(params, lr=LR)
 
 
+    def join(model, opt):
+        """Join over the DDP module and, when it is joinable, the optimizer (ZeRO)."""
+        if JOIN is None:
+            return nullcontext()
+        from torch.distributed.algorithms.join import Join, Joinable
+
+        joinables = [model] + ([opt] if isinstance(opt, Joinable) else [])
+        return Join(joinables, **JOIN)
+
+
+    @contextmanager
+    def sync_context(model, mb):
+        """Around one microbatch's forward and backward: no_sync where the scenario says,
+        or Composer's sync strategy (its ddp_sync_context)."""
+        final = mb == MICROBATCHES - 1
+        if SYNC_STRATEGY is None:
+            with nullcontext() if SYNCED[mb] else model.no_sync():
+                yield
+        elif SYNC_STRATEGY == "single_auto_sync":
+            with nullcontext() if final else model.no_sync():
+                yield
+        elif SYNC_STRATEGY == "multi_auto_sync":
+            yield
+        else:  # forced_sync: every microbatch inside no_sync, then a reduction by hand
+            try:
+                with model.no_sync():
+                    yield
+            finally:
+                if final:
+                    with torch.no_grad():
+                        forced_sync_gradients(model)
+
+
+    def forced_sync_gradients(model):
+        """Average every existing .grad of the model over its process group."""
+        group = getattr(model, "process_group", None)
+        world = dist.get_world_size(group)
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+                p.grad = p.grad / world
+
+
+    @dataclass
+    class Record:
+        """What one rank did: its steps' parameters and buffers at each forward, for the
+        replica checks after training."""
+        params: list = field(default_factory=list)
+        at_forward: list = field(default_factory=list)
+        final_params: dict = field(default_factory=dict)
+        final_buffers: dict = field(default_factory=dict)
+
+
+    def train(ddp_class, rank, group, members, want, record):
+        """Wrap, register the comm hook, train this rank's steps (under Join if asked), and
+        compare every step with the single-process result as it goes."""
+        module = build(rank)
+        model = ddp_class(module, process_group=group, **DDP_OPTIONS)
+        opt = optimizer(model.parameters())
+        for _ in range(COMM_HOOK_REGISTRATIONS if COMM_HOOK else 0):
+            model.register_comm_hook(*comm_hook(group))
+        if EXPECT_ERROR is None:
+            check_init(rank, module, want)
+        at_forward = []
+        module.register_forward_pre_hook(lambda m, args: at_forward.append(snapshot(m.named_buffers())))
+        with join(model, opt):
+            for step in range(STEPS_FOR[rank]):
+                at("zero_grad", step)
+                opt.zero_grad(set_to_none=SET_TO_NONE)
+                for mb in range(MICROBATCHES):
+                    inputs, target = batch(rank, step, mb, len(members))
+                    with sync_context(model, mb):
+                        at("forward", step, mb)
+                        loss = SPEC.loss(model(*inputs), target)
+                        at("backward", step, mb)
+                        loss.backward()
+                at("optimizer", step)
+                grads = {n: None if p.grad is None else p.grad.detach().to_dense().clone()
+                         for n, p in module.named_parameters()}
+                opt.step()
+                at("check", step)
+                record.params.append(snapshot(module.named_parameters()))
+                record.at_forward.append(list(at_forward))
+                if EXPECT_ERROR is None:
+                    check_step(rank, step, want, grads, at_forward, module, len(members))
+                at_forward.clear()
+            at("join", STEPS_FOR[rank])  # Join's exit: shadowing, then the final sync
+        at("after")
+        record.final_params = snapshot(module.named_parameters())
+        record.final_buffers = snapshot(module.named_buffers())
+
+
+    def snapshot(tensors):
+        return {n: t.detach().clone() for n, t in tensors}
+
+
+    # --- the single-process result, as ddp_conformance/judge/oracle.py computes it ---------
+
+
+    @dataclass
+    class Step:
+        active: list      # the ranks still training (fewer under Join)
+        grads: dict       # the synced gradients (None where no active rank made one)
+        scales: dict      # per gradient, max of sum_r |local_r| / divisor: what the reduction adds
+        params: dict      # after the optimizer step
+        buffers: dict     # per rank, after the step
+        at_forward: dict  # per rank, the buffers at the start of each forward
+        produced: list    # per microbatch, the parameters some active rank made a gradient for
+
+
+    @dataclass
+    class SingleProcess:
+        initial_params: dict
+        initial_buffers: dict  # per rank
+        steps: list = field(default_factory=list)
+        final_buffers: dict = field(default_factory=dict)
+        last_joiner: int = 0
+        reduced_numel: int = 0  # elements of the parameters that require gradients
+
+
+    def single_process(members):
+        """The group's trajectory in one process: the model from its rank 0's initial
+        weights (DDP's init sync), every active rank's batch in turn, each rank's local
+        gradients summed over the microbatches, divided by the group size (or by the ranks
+        still active: Join with divide_by_initial_world_size=False) and summed in rank
+        order; buffers simulated per rank, broadcast where DDP broadcasts them."""
+        model = build(members[0])
+        rank_buffers = {r: snapshot(model.named_buffers()) if BROADCAST_BUFFERS or SAME_INIT
+                        else snapshot(build(r).named_buffers()) for r in members}
+        params = dict(model.named_parameters())
+        result = SingleProcess(snapshot(params.items()), {r: dict(b) for r, b in rank_buffers.items()},
+                               reduced_numel=sum(p.numel() for p in params.values() if p.requires_grad))
+        opt = optimizer(model.parameters(), distributed=False)
+        previous = dict.fromkeys(params)
+        for step in range(max(STEPS_FOR[r] for r in members)):
+            active = [r for r in members if step < STEPS_FOR[r]]
+            divide_by_all = JOIN is None or JOIN["divide_by_initial_world_size"]
+            divisor = len(members) if divide_by_all else len(active)
+            local = {r: {} for r in active}
+            at_forward = {r: [] for r in active}
+            produced = []
+            for mb in range(MICROBATCHES):
+                made = set()
+                if BROADCAST_BUFFERS and BUFFERS_BROADCAST[(step, mb)]:
+                    # Under Join torch broadcasts from the highest active rank, else rank 0.
+                    source = max(active) if JOIN is not None else active[0]
+                    for r in active:
+                        rank_buffers[r] = dict(rank_buffers[source])
+                for r in active:
+                    with torch.no_grad():
+                        for name, b in model.named_buffers():
+                            b.copy_(rank_buffers[r][name])
+                    at_forward[r].append(snapshot(model.named_buffers()))
+                    model.zero_grad(set_to_none=True)
+                    inputs, target = batch(r, step, mb, len(members))
+                    SPEC.loss(model(*inputs), target).backward()
+                    rank_buffers[r] = snapshot(model.named_buffers())
+                    for name, p in params.items():
+                        if p.grad is not None:
+                            made.add(name)
+                            g = p.grad.detach().to_dense().clone()
+                            local[r][name] = g if name not in local[r] else local[r][name] + g
+                produced.append(made)
+            # zero_grad at the start of the step, as every rank does
+            previous = {n: None if SET_TO_NONE or g is None else torch.zeros_like(g)
+                        for n, g in previous.items()}
+            grads, scales = {}, {}
+            for name, p in params.items():
+                contributions = [local[r].get(name) for r in active]
+                if all(c is None for c in contributions):  # unused everywhere: kept
+                    grads[name] = previous[name]
+                    continue
+                parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
+                total = parts[0]
+                for part in parts[1:]:  # in rank order, as DDP's reduction adds them
+                    total = total + part
+                magnitude = torch.stack([part.abs().double() for part in parts]).sum(0)
+                scales[name] = float(magnitude.max()) if magnitude.numel() else 0.0
+                grads[name] = total if previous[name] is None else previous[name] + total
+            for name, p in params.items():
+                g = grads[name]
+                owner = model.get_submodule(name.rpartition(".")[0])
+                if g is not None and isinstance(owner, nn.Embedding) and owner.sparse:
+                    g = g.to_sparse()  # a sparse embedding's optimizer wants a sparse gradient
+                p.grad = None if g is None else g.clone()
+            opt.step()
+            result.steps.append(Step(active, grads, scales, snapshot(params.items()),
+                                     {r: dict(rank_buffers[r]) for r in active}, at_forward, produced))
+            previous = grads
+        # Join's exit syncs the final model from the highest-ranked last joiner.
+        most = max(STEPS_FOR[r] for r in members)
+        result.last_joiner = max(r for r in members if STEPS_FOR[r] == most)
+        result.final_buffers = dict(rank_buffers[result.last_joiner])
+        return result
+
+
+    # --- the checks: the first violation raises with one evidence line -----------------
+
+    FLOOR = max((RTOL.get(d, 1e-5) for d in GRAD_DTYPES), default=0.0)
+
+
     def rtol(dtype):
+        """judge/tolerance.py: bitwise where exact, the scenario's override, else the dtype's
+        (at least the model's loosest gradient dtype's: a mixed model carries its rounding)."""
         if EXACT or not dtype.is_floating_point:
             return 0.0
-        return RTOL_OVERRIDE if RTOL_OVERRIDE is not None else RTOL.get(str(dtype)[6:], 1e-5)
+        return RTOL_OVERRIDE if RTOL_OVERRIDE is not None else max(RTOL.get(str(dtype)[6:], 1e-5), FLOOR)
 
 
-    def compare(rank, step, name, what, got, want, scale):
-        tolerance = rtol(got.dtype) * scale
+    def compare(rank, when, name, what, got, want, scale=0.0, bitwise=False):
+        """max|got - want| <= rtol * max(scale, max|want|); ``when``: a step, or words."""
+        when = f"step {when}" if isinstance(when, int) else when
+        tolerance = 0.0 if bitwise else rtol(want.dtype)
         got, want = got.detach().to_dense().double(), want.detach().to_dense().double()
+        if got.shape != want.shape:
+            raise AssertionError(f"rank {rank}, {when}, {name!r}: {what}: shape "
+                                 f"{tuple(got.shape)} vs the single-process {tuple(want.shape)}")
         error = float((got - want).abs().max()) if got.numel() else 0.0
-        if error > tolerance or (EXACT and not torch.equal(got, want)):
-            raise AssertionError(f"rank {rank}, step {step}, {name!r}: {what}: max abs error "
+        scale = max(scale, float(want.abs().max()) if want.numel() else 0.0)
+        if not error <= tolerance * scale:  # NaN fails too
+            raise AssertionError(f"rank {rank}, {when}, {name!r}: {what}: max abs error "
                                  f"{error:.3g} vs the single-process result (tolerance "
-                                 f"{tolerance:.3g})")
+                                 f"{tolerance * scale:.3g})")
 
 
-    def expected_grads(reference, step):
-        """Every rank's local gradient of the single-process model, averaged over ranks and
-        summed over microbatches; and the magnitude the reduction adds, per parameter."""
-        total, magnitude = {}, {}
-        for mb in range(MICROBATCHES):
-            for r in range(WORLD_SIZE):
-                local = copy.deepcopy(reference)
-                inputs, target = batch(r, step, mb)
-                SPEC.loss(local(*inputs), target).backward()
-                for name, p in local.named_parameters():
-                    if p.grad is None:
-                        continue
-                    g = p.grad.to_dense() / WORLD_SIZE
-                    total[name] = total[name] + g if name in total else g
-                    m = g.abs()
-                    magnitude[name] = magnitude[name] + m if name in magnitude else m
-        return total, {n: float(m.max()) if m.numel() else 0.0 for n, m in magnitude.items()}
+    def compare_all(rank, when, what, got, want, **how):
+        if set(got) != set(want):
+            raise AssertionError(f"rank {rank}, {when}: {what}: names "
+                                 f"{sorted(set(got) ^ set(want))} on one side only")
+        for name in want:
+            compare(rank, when, name, what, got[name], want[name], **how)
+
+
+    def check_init(rank, module, want):
+        """DDP's init sync: the group's rank 0's parameters, its buffers where broadcast."""
+        compare_all(rank, "after wrapping", "parameter (DDP's init sync broadcasts its group's "
+                    "rank 0's)", snapshot(module.named_parameters()), want.initial_params, bitwise=True)
+        compare_all(rank, "after wrapping", "buffer (DDP's init sync broadcasts its group's rank "
+                    "0's, with broadcast_buffers)", snapshot(module.named_buffers()),
+                    want.initial_buffers[rank], bitwise=True)
+
+
+    def check_step(rank, step, want, grads, at_forward, module, group_size):
+        """One step of this rank against the single-process result."""
+        expected = want.steps[step]
+        if not ORACLE_AFTER_JOIN and len(expected.active) < group_size:
+            return  # a rank has joined: the scenario leaves the single-process trajectory
+        if len(at_forward) != len(expected.at_forward[rank]):
+            raise AssertionError(f"rank {rank}, step {step}: {len(at_forward)} forwards seen, "
+                                 f"{len(expected.at_forward[rank])} expected")
+        for mb, (seen, buffers) in enumerate(zip(at_forward, expected.at_forward[rank])):
+            compare_all(rank, step, f"buffer at the start of microbatch {mb}'s forward", seen,
+                        buffers)
+        for name, g in expected.grads.items():
+            if (grads[name] is None) != (g is None):
+                raise AssertionError(f"rank {rank}, step {step}, {name!r}: gradient is "
+                                     f"{'None' if grads[name] is None else 'a tensor'}, the "
+                                     f"single-process gradient is {'None' if g is None else 'not'}")
+            if g is not None:
+                compare(rank, step, name, "gradient", grads[name], g, expected.scales.get(name, 0.0))
+        compare_all(rank, step, "parameter after the step", snapshot(module.named_parameters()),
+                    expected.params)
+        compare_all(rank, step, "buffer after the step", snapshot(module.named_buffers()),
+                    expected.buffers[rank])
+
+
+    def check_expected_error(rank, raised, steps):
+        if raised is None:
+            raise AssertionError(f"rank {rank} finished its {steps} steps without raising; "
+                                 f"expected an error matching {EXPECT_ERROR!r}")
+        if not re.search(EXPECT_ERROR, raised):
+            raise AssertionError(f"rank {rank} raised {raised!r}, expected an error matching "
+                                 f"{EXPECT_ERROR!r}")
+        print(f"rank {rank} raised the expected error: {raised}", flush=True)
+
+
+    FLOATING = ("float64", "float32", "float16", "bfloat16")
+    REDUCING = ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
+                "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+                "reduce_scatter_single", "reduce_scatter_single_coalesced")
+
+
+    def check_collectives(rank, want, steps):
+        """What the process group saw this rank issue, as the harness's trace checks read it."""
+        reductions = [c for c in LOG if c.stage == "backward" and c.kind in REDUCING
+                      and c.dtype in FLOATING]
+        # trace.no_sync: nothing reduced or broadcast in a forward or backward inside no_sync
+        for c in LOG:
+            if c.stage not in ("forward", "backward") or SYNCED[c.mb] or c.dtype not in FLOATING \\
+                    or c.kind not in REDUCING + ("broadcast", "scatter"):
+                continue
+            if c.stage == "forward" and c.kind == "broadcast" and BUFFERS_BROADCAST[(c.step, c.mb)]:
+                continue  # the buffer broadcast DDP owes the previous synced forward
+            if JOIN is not None and c.stage == "forward" and c.kind == "allreduce" and c.numel == 1:
+                continue  # Join's count of the ranks still active
+            raise AssertionError(f"rank {rank}, step {c.step}, microbatch {c.mb} (inside no_sync): "
+                                 f"{c.kind} {c.dtype} x {c.numel} issued in {c.stage} (DDP "
+                                 "synchronises nothing there)")
+        # trace.dtype: gradients reduced in a dtype that holds them exactly (or the hook's)
+        def lossless(wire):
+            if HOOK_WIRE_DTYPE:  # the comm hook sets the wire dtype: exactly that one
+                return wire == HOOK_WIRE_DTYPE
+            return any(g in HOLDS.get(wire, [wire]) for g in GRAD_DTYPES)
+
+        for c in reductions:
+            if not lossless(c.dtype):
+                raise AssertionError(
+                    f"rank {rank}, step {c.step}, microbatch {c.mb}: gradients reduced as {c.kind} "
+                    f"{c.dtype} x {c.numel}, expected {HOOK_WIRE_DTYPE or ' or '.join(GRAD_DTYPES)}"
+                    " (precision changed)")
+        # trace.reduced_once: each synced backward reduces every gradient element defined on
+        # some rank once (at least those, at most the model plus padding of group size - 1 per
+        # collective), and trace.dtype for a mixed model: every gradient dtype's elements were
+        # reduced in dtypes that hold it exactly (for every set of dtypes, Hall's condition)
+        if not TRACE_VOLUME:
+            return
+        if steps and not reductions:
+            print(f"rank {rank}: no gradient reduction went through the process group (the "
+                  "candidate's collectives bypass it): the volume is not checked", flush=True)
+            return
+        numel = {n: p.numel() for n, p in want.initial_params.items()}
+        dtype = {n: str(p.dtype)[6:] for n, p in want.initial_params.items()}
+        full = want.reduced_numel
+        slack = max(c.group_size for c in reductions) - 1 if reductions else 0
+        for step in range(steps):
+            start = 0
+            for mb in range(MICROBATCHES):
+                if not SYNCED[mb]:
+                    continue
+                names = set().union(*want.steps[step].produced[start:mb + 1])
+                needed = sum(numel[n] for n in names)
+                start = mb + 1
+                mine = [c for c in reductions if (c.step, c.mb) == (step, mb)]
+                total = sum(c.numel for c in mine)
+                if not needed <= total <= full + slack * len(mine):
+                    why = "some gradients never synchronised" if total < needed else \\
+                        f"{total / max(1, full):.2f}x the model: reduced more than once"
+                    raise AssertionError(
+                        f"rank {rank}, step {step}, microbatch {mb}: the backward reduced {total} "
+                        f"gradient elements in {len(mine)} collective(s); expected "
+                        f"{needed if needed == full else f'{needed} to {full}'} ({why})")
+                if HOOK_WIRE_DTYPE or len(GRAD_DTYPES) < 2:
+                    continue
+                got = {}
+                for c in mine:
+                    got[c.dtype] = got.get(c.dtype, 0) + c.numel
+                for size in range(1, len(GRAD_DTYPES) + 1):
+                    for kinds in itertools.combinations(GRAD_DTYPES, size):
+                        need = sum(numel[n] for n in names if dtype[n] in kinds)
+                        have = sum(k for w, k in got.items() if any(d in HOLDS.get(w, [w]) for d in kinds))
+                        if need > have:
+                            raise AssertionError(
+                                f"rank {rank}, step {step}, microbatch {mb}: only {have} of the {need} "
+                                f"{' and '.join(kinds)} gradient elements were reduced in a dtype that "
+                                f"holds them exactly (reduced as {got}: precision lost)")
+
+
+    def check_replicas(rank, group, members, record, want):
+        """Bitwise equal replicas: every rank that ran a step holds the parameters of the
+        lowest such rank, and its buffers at each forward where DDP broadcasts; after the
+        training every rank holds the same parameters, and under Join the last joiner's
+        buffers. Collectives of the group, after Join, where every rank takes part."""
+        def from_rank(src, mine, like):
+            theirs = (mine if rank == src else torch.zeros_like(like)).clone()
+            dist.broadcast(theirs, src, group=group)
+            return theirs
+
+        for step in range(max(STEPS_FOR[r] for r in members)):
+            first = min(r for r in members if step < STEPS_FOR[r])
+            ran = step < len(record.params)
+            for name, like in record.final_params.items():
+                mine = record.params[step][name] if ran else like
+                theirs = from_rank(first, mine, like)
+                if ran and not torch.equal(mine, theirs):
+                    raise AssertionError(f"rank {rank}, step {step}, {name!r}: parameter after "
+                                         f"the step differs from rank {first}'s (replicas must "
+                                         "stay bitwise equal)")
+            for mb in range(MICROBATCHES):
+                if not (BROADCAST_BUFFERS and BUFFERS_BROADCAST[(step, mb)]):
+                    continue
+                for name, like in record.final_buffers.items():
+                    mine = record.at_forward[step][mb][name] if ran else like
+                    theirs = from_rank(first, mine, like)
+                    if ran and not torch.equal(mine, theirs):
+                        raise AssertionError(f"rank {rank}, step {step}, {name!r}: buffer at the "
+                                             f"start of microbatch {mb}'s forward differs from rank "
+                                             f"{first}'s (DDP broadcast it)")
+        lowest = min(members)
+        for name, mine in record.final_params.items():
+            if not torch.equal(mine, from_rank(lowest, mine, mine)):
+                raise AssertionError(f"rank {rank}, after training, {name!r}: parameter differs from "
+                                     f"rank {lowest}'s (every rank must end with the same model; "
+                                     "Join's exit broadcasts the last joiner's)")
+        if JOIN is not None and BROADCAST_BUFFERS:
+            compare_all(rank, "after training", f"buffer (Join's exit syncs the last joiner's, rank "
+                        f"{want.last_joiner}'s)", record.final_buffers, want.final_buffers)
+
+
+    # --- the collectives: every group is Gloo behind one that logs what it is asked --------
+
+
+    @dataclass
+    class Collective:
+        stage: str
+        step: int
+        mb: int
+        kind: str
+        dtype: str
+        numel: int
+        group_size: int
+
+
+    LOG = []  # every collective of this process
+    WHERE = ["setup", -1, -1]  # stage, step, microbatch of the training loop
+
+
+    def at(stage, step=-1, mb=-1):
+        WHERE[:] = [stage, step, mb]
+
+
+    class LoggingGroup(dist.ProcessGroup):
+        """A Gloo process group that logs every collective it is asked for, also by DDP's
+        C++ reducer, with where the training loop was. Registered as the backend
+        "logged_gloo": the world and every new_group are made of it. (As the harness's
+        tracing group, every operation goes to Gloo's backend object directly.)"""
+
+        def __init__(self, gloo):
+            super().__init__(gloo.rank(), gloo.size())
+            self.gloo = gloo
+            # A plain group over the same Gloo, for what the Gloo object does not bind in Python.
+            self.plain = dist.ProcessGroup(gloo.rank(), gloo.size())
+            for group in (self, self.plain):
+                group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo)
+            self.plain._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+
+        @staticmethod
+        def create(opts, backend_options):
+            return LoggingGroup(dist.ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size,
+                                                      opts.timeout))
+
+        def getBackendName(self):
+            return "logged_gloo"
+
+
+    def _logged(kind, data):
+        """LoggingGroup's method ``kind``, whose argument ``data`` holds the tensors."""
+        def call(self, *args, **kwargs):
+            tensors = args[data] if data is not None and args else []
+            while isinstance(tensors, (list, tuple)) and tensors and isinstance(tensors[0], (list, tuple)):
+                tensors = [t for ts in tensors for t in ts]
+            tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+            dtype = str(tensors[0].dtype)[6:] if tensors else "-"
+            LOG.append(Collective(*WHERE, kind, dtype, sum(t.numel() for t in tensors), self.size()))
+            target = self.gloo if hasattr(self.gloo, kind) else self.plain
+            return getattr(target, kind)(*args, **kwargs)
+        return call
+
+
+    # Every operation goes straight to Gloo (the argument holding the data: what is logged).
+    for _kind, _data in (
+            ("allreduce", 0), ("allreduce_coalesced", 0), ("reduce", 0), ("broadcast", 0),
+            ("reduce_scatter", 1), ("_reduce_scatter_base", 1), ("reduce_scatter_tensor_coalesced", 1),
+            ("reduce_scatter_single", 1), ("reduce_scatter_single_coalesced", 1),
+            ("allgather", 1), ("allgather_coalesced", 1), ("_allgather_base", 1),
+            ("allgather_into_tensor_coalesced", 1), ("all_gather_single", 1),
+            ("all_gather_single_coalesced", 1), ("alltoall_base", 1), ("all_to_all_single", 1),
+            ("alltoall", 1), ("gather", 1), ("scatter", 0), ("send", 0), ("recv", 0),
+            ("barrier", None)):
+        setattr(LoggingGroup, _kind, _logged(_kind, _data))
+
+
+    # --- main -------------------------------------------------------------------------------
 
 
     def main():
@@ -254,106 +797,42 @@ _BODY = textwrap.dedent('''
             ddp_class = importlib.import_module(CANDIDATE[0])
             for part in CANDIDATE[1].split("."):
                 ddp_class = getattr(ddp_class, part)
+        dist.Backend.register_backend("logged_gloo", LoggingGroup.create, extended_api=True,
+                                      devices=["cpu"])
         # A peer that failed its check leaves: the others' collectives end within this.
-        dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+        dist.init_process_group("logged_gloo", timeout=timedelta(seconds=120))
         rank, world = dist.get_rank(), dist.get_world_size()
         assert world == WORLD_SIZE, f"written for {WORLD_SIZE} ranks, run with {world}"
-        torch.set_num_threads(1)
-        counting = CountingGroup(dist.group.WORLD)
-        model = ddp_class(build(rank), process_group=counting, **DDP_OPTIONS)
-        inner = model.module if hasattr(model, "module") else model
-        if COMM_HOOK is not None:
-            model.register_comm_hook(dist.group.WORLD, eval(COMM_HOOK))
-        opt = optimizer(model.parameters())
-        reference = build(0)  # DDP's init sync gives every rank rank 0's weights
-        reference_opt = optimizer(reference.parameters())
-        at_forward = []
-        inner.register_forward_pre_hook(
-            lambda module, args: at_forward.append({n: b.detach().clone()
-                                                    for n, b in module.named_buffers()}))
-        broadcast = DDP_OPTIONS.get("broadcast_buffers", True)
-        for step in range(STEPS):
-            opt.zero_grad(set_to_none=SET_TO_NONE)
-            for mb in range(MICROBATCHES):
-                inputs, target = batch(rank, step, mb)
-                context = model.no_sync() if not SYNCED[mb] else _Null()
-                with context:
-                    loss = SPEC.loss(model(*inputs), target)
-                    before = counting.reductions
-                    loss.backward()
-                if not SYNCED[mb] and counting.reductions != before:
-                    raise AssertionError(f"rank {rank}, step {step}, microbatch {mb}: "
-                                         f"{counting.reductions - before} reducing collective(s) "
-                                         "in a backward inside no_sync (DDP reduces nothing there)")
-                if broadcast and BUFFERS_BROADCAST[(step, mb)]:
-                    for name, b in at_forward[-1].items():
-                        theirs = b.clone()
-                        dist.broadcast(theirs, 0)
-                        compare(rank, step, name, f"buffer at the start of microbatch {mb}'s "
-                                "forward (DDP broadcasts rank 0's)", b, theirs, 0.0)
-            want, scale = expected_grads(reference, step)
-            for name, p in inner.named_parameters():
-                if name in want:
-                    if p.grad is None:
-                        raise AssertionError(f"rank {rank}, step {step}, {name!r}: gradient is "
-                                             "None, the single-process gradient is not")
-                    compare(rank, step, name, "gradient", p.grad, want[name], scale[name])
-            opt.step()
-            reference_opt.zero_grad(set_to_none=True)
-            for name, p in reference.named_parameters():
-                if name in want:
-                    p.grad = want[name].to(p.dtype)
-            reference_opt.step()
-            for (name, p), (_, q) in zip(inner.named_parameters(), reference.named_parameters()):
-                compare(rank, step, name, "parameter after the step", p, q,
-                        float(q.detach().abs().max()) if q.numel() else 0.0)
-                theirs = p.detach().clone()
-                dist.broadcast(theirs, 0)
-                if not torch.equal(p.detach(), theirs):
-                    raise AssertionError(f"rank {rank}, step {step}, {name!r}: parameter differs "
-                                         "from rank 0's (replicas must stay bitwise equal)")
+        torch.set_num_threads(1)  # the single-process result then computes as the ranks do
+        group, members = dist.group.WORLD, list(range(WORLD_SIZE))
+        if GROUPS is not None:  # every rank creates every group (new_group is collective)
+            group, members = None, []
+            for ranks in GROUPS:
+                created = dist.new_group(ranks)
+                if rank in ranks:
+                    group, members = created, ranks
+        if group is None:
+            print(f"rank {rank} is in no DDP group: idle", flush=True)
+        else:
+            want = single_process(members)
+            record = Record()
+            raised = None
+            try:
+                train(ddp_class, rank, group, members, want, record)
+            except Exception as error:
+                if EXPECT_ERROR is None:
+                    raise
+                raised = f"{type(error).__name__}: {error}"
+            if EXPECT_ERROR is not None:
+                check_expected_error(rank, raised, len(record.params))
+            else:
+                check_collectives(rank, want, len(record.params))
+                check_replicas(rank, group, members, record, want)
         dist.barrier()
         if rank == 0:
             print(f"PASS: {'torch' if use_torch else 'the candidate'} matches the "
                   "single-process result")
         dist.destroy_process_group()
-
-
-    class CountingGroup(dist.ProcessGroup):
-        """The world group, counting the reducing collectives issued through it; every
-        other operation goes to the world group's Gloo backend, registered here too."""
-
-        def __init__(self, inner):
-            super().__init__(inner.rank(), inner.size())
-            self.inner = inner
-            self.reductions = 0
-            cpu = torch.device("cpu")
-            gloo = dist.ProcessGroup.BackendType.GLOO
-            self._register_backend(cpu, gloo, inner._get_backend(cpu))
-            self._set_default_backend(gloo)
-
-        def getBackendName(self):
-            return "gloo"
-
-        def allreduce(self, *args, **kwargs):
-            self.reductions += 1
-            return self.inner.allreduce(*args, **kwargs)
-
-        def allreduce_coalesced(self, *args, **kwargs):
-            self.reductions += 1
-            return self.inner.allreduce_coalesced(*args, **kwargs)
-
-        def reduce_scatter(self, *args, **kwargs):
-            self.reductions += 1
-            return self.inner.reduce_scatter(*args, **kwargs)
-
-
-    class _Null:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
 
 
     if __name__ == "__main__":

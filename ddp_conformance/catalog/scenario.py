@@ -152,7 +152,8 @@ class Scenario:
     #: the reference and replica checks still apply).
     oracle_after_join: bool = True
     #: The error every rank must raise (a regular expression on "Type: message"); the
-    #: checks then require it on every rank and compare only the steps before it.
+    #: checks then require it on every rank, and no value check runs (the step that raised
+    #: may have left its reduction unfinished, so even earlier steps' gradients can differ).
     expect_error: str | None = None
     #: Rank ``r`` trains on ``batch_size + r * batch_size_step`` samples: uneven per-rank
     #: batches. DDP averages the per-rank *means* (each rank's loss is its own mean), which
