@@ -99,6 +99,9 @@ class Runner:
         #: on sockets then; torch releases the GIL in its kernels).
         self._oracle_thread = ThreadPoolExecutor(1, thread_name_prefix="ddp-oracle")
         self._references: dict[str, dict[int, RankRecord] | None] = {}
+        #: Reference runs made for comparison and not yet used as the reference candidate's
+        #: own case: taken once (a later ``--repeat`` runs the reference candidate afresh).
+        self._unclaimed: dict[str, dict[int, RankRecord]] = {}
         self.reference_notes: dict[str, str] = {}
         #: Where the current case's time goes (see :mod:`ddp_conformance.judge.costs`).
         self._costs = CostMeter()
@@ -188,20 +191,29 @@ class Runner:
                 return self._result(scenario, spec, Verdict.NA, missing)
         job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
                   seed=scenario.seed, scenario=scenario, candidate=spec, trace=self.config.trace)
-        job_started = time.perf_counter()
-        oracles = self._prefetch_oracles(scenario)
-        try:
-            outcome = self.pool.run(job, self.config.timeout_s)
-        finally:
-            job_s = time.perf_counter() - job_started
-            self._collect_oracles(oracles)
-        rank_times = [r.times for r in outcome.results.values() if isinstance(r, RankRecord)]
-        self._costs.add_job(job_s, outcome.handover_s,
-                            rank_times if outcome.status == "done" else [])
-        if outcome.status != "done":
-            return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
-                              self.config.timeout_s)
-        records: dict[int, RankRecord] = outcome.results
+        shared = self._unclaimed.pop(scenario.id, None) if spec == REFERENCE else None
+        if shared is not None:
+            # The reference already ran this very job as the other candidates' comparison
+            # (same scenario, same trace): its records are this case's.
+            records: dict[int, RankRecord] = shared
+        else:
+            job_started = time.perf_counter()
+            oracles = self._prefetch_oracles(scenario)
+            try:
+                outcome = self.pool.run(job, self.config.timeout_s)
+            finally:
+                job_s = time.perf_counter() - job_started
+                self._collect_oracles(oracles)
+            rank_times = [r.times for r in outcome.results.values() if isinstance(r, RankRecord)]
+            self._costs.add_job(job_s, outcome.handover_s,
+                                rank_times if outcome.status == "done" else [])
+            if outcome.status != "done":
+                return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
+                                  self.config.timeout_s)
+            records = outcome.results
+            if spec == REFERENCE and self.config.compare_with_reference \
+                    and not any(r.not_applicable for r in records.values()):
+                self._references[scenario.id] = records
         self.last_records = records
         na = {r.not_applicable for r in records.values() if r.not_applicable}
         if na:
@@ -248,6 +260,8 @@ class Runner:
                 records = None
             if records is None:
                 self.reference_notes[scenario.id] = f"reference could not run it: {out.status}"
+            else:
+                self._unclaimed[scenario.id] = records
             self._references[scenario.id] = records
         return self._references[scenario.id]
 
