@@ -17,6 +17,7 @@ from ddp_conformance.builtins import (
     fsdp,
     lightning,
     replicate,
+    torch_compile,
     torch_python_reducer,
 )
 from ddp_conformance.contract.candidate import Candidate
@@ -33,4 +34,8 @@ ADAPTERS: dict[str, Callable[[], Candidate]] = {
     "deepspeed-zero1": deepspeed_engine.zero1,
     "deepspeed-zero2": deepspeed_engine.zero2,
     "fairscale-sharded": fairscale_sharded.candidate,
+    "torch-compile": torch_compile.torch_compile,
+    "torch-compile-split": torch_compile.torch_compile_split,
+    "torch-compile-inductor": torch_compile.torch_compile_inductor,
+    "torch-compile-ca": torch_compile.torch_compile_ca,
 }
