@@ -55,6 +55,7 @@ import pprint
 import textwrap
 
 import torch
+from ddp_reference import sync_strategy
 
 from ddp_conformance.catalog import models as models_module
 from ddp_conformance.catalog import procedure
@@ -221,7 +222,8 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
              model_source(scenario.model), ""]
     parts += ["", "# --- the comm hook, from ddp_conformance/catalog/procedure.py " + "-" * 20,
               comm_hook_source(hook) if hook else "comm_hook = None  # the scenario registers none",
-              ""]
+              "", "# --- forced_sync's reduction, from reference/sync_strategy.py " + "-" * 20,
+              inspect.getsource(sync_strategy.forced_sync_gradients), ""]
     return "\n".join([*parts, _BODY])
 
 
@@ -345,16 +347,6 @@ _BODY = textwrap.dedent('''
                 if final:
                     with torch.no_grad():
                         forced_sync_gradients(model)
-
-
-    def forced_sync_gradients(model):
-        """Average every existing .grad of the model over its process group."""
-        group = getattr(model, "process_group", None)
-        world = dist.get_world_size(group)
-        for p in model.parameters():
-            if p.grad is not None:
-                dist.all_reduce(p.grad, group=group)
-                p.grad = p.grad / world
 
 
     @dataclass
