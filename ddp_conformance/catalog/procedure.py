@@ -46,14 +46,20 @@ def build_module(scenario: Scenario, rank: int, device: torch.device) -> nn.Modu
     return spec.build(**kwargs).to(device)
 
 
+def _draw(scenario: Scenario, microbatch: int, forward: int) -> int:
+    """Which draw of a rank's step a forward is (the data seed's coordinate): forward
+    ``forward`` of ``microbatch``, or -1 for the eval forward."""
+    return microbatch + forward * scenario.microbatches if microbatch >= 0 else -1
+
+
 def batch(scenario: Scenario, rank: int, step: int, microbatch: int, world_size: int,
           device: torch.device, forward: int = 0) -> tuple[tuple[Any, ...], Tensor]:
     """The batch ``rank`` trains on at (step, microbatch, forward): rebuildable in any
     process. ``microbatch`` -1 is the eval forward before the step
     (``Scenario.eval_between_steps``); ``forward`` counts the forwards of one backward
     (``Scenario.forwards``)."""
-    draw = microbatch + forward * scenario.microbatches if microbatch >= 0 else -1
-    gen = torch.Generator().manual_seed(scenario.data_seed(rank, step, draw))
+    gen = torch.Generator().manual_seed(scenario.data_seed(rank, step,
+                                                           _draw(scenario, microbatch, forward)))
     inputs, target = get_model(scenario.model).batch(gen, scenario.batch_size_for(rank), rank,
                                                      world_size, step)
     return tuple(x.to(device) if isinstance(x, Tensor) else x for x in inputs), target.to(device)
@@ -64,8 +70,8 @@ def seed_forward(scenario: Scenario, rank: int, step: int, microbatch: int,
     """Seed this process's RNG for one forward, as every rank and the oracle do before it:
     dropout then draws the same mask for a rank's batch wherever it is computed (each rank
     has its own stream, as in real training)."""
-    draw = microbatch + forward * scenario.microbatches if microbatch >= 0 else -1
-    torch.manual_seed((scenario.data_seed(rank, step, draw) * 31 + 17) % (2**63))
+    seed = scenario.data_seed(rank, step, _draw(scenario, microbatch, forward))
+    torch.manual_seed((seed * 31 + 17) % (2**63))
 
 
 @contextlib.contextmanager
