@@ -12,7 +12,9 @@ and only carry the answer back. Per job:
 4. **collect, then destroy**: the job's objects are collected while its groups still
    live (a candidate object that still holds work on a group, replicate's reducer, must be
    finalised while its peers can complete it), then the groups are destroyed, and kept
-   referenced until the next job's cleanup (see :meth:`RankRuntime.cleanup`).
+   referenced until the next job's cleanup (see :meth:`RankRuntime.cleanup`), which hands
+   them to a background thread that lets them go
+   (:class:`~ddp_conformance.ranks.reaper.GroupReaper`).
 
 The cleanup is part of the job, done before answering, so a finalizer that hangs or
 aborts is charged to the job that left it, within its deadline. When the job raised, the
@@ -35,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_conformance.ranks.messages import Answer, Done, Job, Raised
+from ddp_conformance.ranks.reaper import GroupReaper
 from ddp_conformance.ranks.tracing import traced_backend
 
 
@@ -62,6 +65,7 @@ class RankRuntime:
         self.store = store
         self.candidates: dict[str, Any] = {}
         self._retired_groups: list[Any] = []
+        self._reaper = GroupReaper()
 
     def execute(self, job: Job) -> Answer:
         """Run ``job`` on this rank (steps 1-4 of the module docstring).
@@ -111,9 +115,11 @@ class RankRuntime:
         a moment after the future completed; were that the group's last reference, the
         group would be destroyed on its own worker thread, which joins itself and aborts
         the process ("Resource deadlock avoided", 1 job in 7 of the PowerSGD tests).
-        Held here, the last reference is always dropped on this thread.
+        Held here for a job, the last reference is then dropped on the reaper's thread,
+        never a backend's, while the next job runs.
         """
         gc.collect(1)
+        self._reaper.retire(self._retired_groups)
         self._retired_groups = []
         if dist.is_initialized():
             self._retired_groups = list(dist.distributed_c10d._world.pg_map)
@@ -136,6 +142,7 @@ class RankRuntime:
         group on a backend thread (see :meth:`cleanup`), and a group seen alive after a
         full collection is held by something else, and kept.
         """
+        self._reaper.drain()
         groups = list(dist.distributed_c10d._world.pg_map) if dist.is_initialized() else []
         refs = [weakref.ref(g) for g in [*groups, *self._retired_groups]]
         del groups
@@ -146,3 +153,10 @@ class RankRuntime:
         alive = [g for g in (r() for r in refs) if g is not None]
         self._retired_groups = alive
         return not alive
+
+    def close(self) -> bool:
+        """Before the process exits: wait for the groups being destroyed in the background
+        (a process that exits while a destructor runs on another thread aborts in C++).
+        True when they went within the reaper's deadline; the groups still held go at exit,
+        on the main thread, as they always did."""
+        return self._reaper.drain()

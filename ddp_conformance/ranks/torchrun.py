@@ -217,6 +217,7 @@ class TorchrunPool:
             self._jobs += 1
             self.member.store.set(self.member.key("job", self._jobs), pickle.dumps(None))  # type: ignore[arg-type]
             self._jobs = -1
+            self.member.runtime.close()
 
     def __enter__(self) -> TorchrunPool:
         return self
@@ -228,6 +229,14 @@ class TorchrunPool:
 def follow(backend: str, device: str) -> int:
     """A follower rank's life: run each job the leader publishes until told to stop."""
     member = _Member(backend, device)
+    try:
+        return _follow_jobs(member)
+    finally:
+        member.runtime.close()
+
+
+def _follow_jobs(member: _Member) -> int:
+    """:func:`follow`'s loop: the exit code once the leader says stop or goes away."""
     number = 0
     while True:
         number += 1

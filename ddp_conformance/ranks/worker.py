@@ -18,8 +18,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 from ddp_conformance.ranks.messages import Exit, Raised, Ready, Release, Released, RunJob, receive, send
+
+if TYPE_CHECKING:
+    from ddp_conformance.ranks.runtime import RankRuntime
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -40,6 +44,14 @@ def serve(args: argparse.Namespace) -> None:
     gc.collect()
     gc.freeze()
     send(conn, Ready(args.rank, os.getpid()))
+    try:
+        _serve_jobs(conn, runtime)
+    finally:
+        runtime.close()
+
+
+def _serve_jobs(conn: Connection, runtime: RankRuntime) -> None:
+    """Answer the parent's messages until it says :class:`Exit` or goes away."""
     while True:
         try:
             message = receive(conn)
@@ -49,7 +61,7 @@ def serve(args: argparse.Namespace) -> None:
             return
         if isinstance(message, Release):
             stays = _safely(runtime.release)
-            send(conn, Released(args.rank, stays))
+            send(conn, Released(runtime.rank, stays))
             if not stays:
                 os._exit(0)  # its exit closes the connections the groups still hold
             continue
