@@ -227,3 +227,26 @@ def test_recorder_to_flight_log_to_diagnosis(tmp_path: Path) -> None:
     assert all(log.read() for log in logs.values())
     assert all(f.pending() == [] for f in flights.values())
     assert diagnose(flights, {0, 1}, {}) is None
+
+
+class _Work:
+    """A collective's work as the recorder sees it: only its future."""
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+    def get_future(self) -> Any:
+        return self.future
+
+
+def test_settle_waits_for_work_in_flight_and_has_a_deadline(tmp_path: Path) -> None:
+    import threading
+
+    recorder = FlightRecorder(str(tmp_path / "flight"))
+    future: torch.futures.Future[Any] = torch.futures.Future()
+    recorder.launched("0", 1, "allreduce", "float32", 4, "backward", 0, 0, _Work(future))
+    assert recorder.pending() == 1
+    assert not recorder.settle(0.05), "settled with a collective in flight"
+    threading.Timer(0.05, lambda: future.set_result(None)).start()
+    assert recorder.settle(5.0)
+    assert recorder.pending() == 0

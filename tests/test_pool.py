@@ -51,6 +51,15 @@ def raise_everywhere(rank: int, world_size: int) -> None:
     raise ValueError(f"rank {rank} fails on purpose")
 
 
+def raise_with_allreduce_in_flight(rank: int, world_size: int) -> None:
+    """Every rank launches the same async allreduce, then raises before waiting for it (as
+    DDP does when its reducer asserts between launching a bucket and finalising)."""
+    if rank == 1:
+        time.sleep(0.05)  # rank 0's work is still in flight when it raises
+    dist.all_reduce(torch.ones(1000), async_op=True)
+    raise ValueError(f"rank {rank} fails on purpose")
+
+
 def mismatched(rank: int, world_size: int) -> None:
     """Rank 0 in an allreduce while rank 1 is in a broadcast: never completes."""
     if rank == 0:
@@ -130,6 +139,17 @@ def test_ranks_that_all_raise_stay_in_the_pool() -> None:
         pids = pool.pids()
         out = call(pool, "raise_everywhere")
         assert out.status == "raised" and out.released == set()
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+        assert pool.pids() == pids and pool.spawned == 2
+
+
+def test_ranks_that_raise_with_matched_work_in_flight_wait_for_it_and_stay() -> None:
+    """The work completes (every rank launched it): no rank leaves, no process is started."""
+    with RankPool(2) as pool:
+        pool.start()
+        pids = pool.pids()
+        out = call(pool, "raise_with_allreduce_in_flight")
+        assert out.status == "raised"
         assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
         assert pool.pids() == pids and pool.spawned == 2
 

@@ -38,6 +38,7 @@ class FlightRecorder:
         self._next_id = 0
         self._pending: set[int] = set()
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
 
     def _write(self, line: str) -> None:
         try:
@@ -80,12 +81,21 @@ class FlightRecorder:
     def _completed(self, ident: int, error: bool) -> None:
         with self._lock:
             self._pending.discard(ident)
+            if not self._pending:
+                self._settled.notify_all()
         self._write(f"D {ident} {int(error)}\n")
 
     def pending(self) -> int:
         """How many collectives this rank launched that have not completed."""
         with self._lock:
             return len(self._pending)
+
+    def settle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every launched collective to complete: whether they
+        did. (A rank that raised between launching a bucket's allreduce and waiting for it
+        usually has a peer that launched the same one: it completes within milliseconds.)"""
+        with self._settled:
+            return self._settled.wait_for(lambda: not self._pending, timeout=timeout_s)
 
 
 @dataclass

@@ -86,20 +86,28 @@ def _safely(step: Callable[[], bool]) -> bool:
         return False
 
 
+#: How long a rank that raised waits for its collectives still in flight to complete before
+#: it gives up staying in the pool. Matched collectives (the peer launched them too, as when
+#: every rank raises the same error) complete within milliseconds; leaving costs a
+#: replacement process (an import of torch, seconds of CPU).
+SETTLE_S = 0.25
+
+
 def may_stay(answer: Raised, traced: bool) -> bool:
     """Whether a rank that raised is sound enough to stay in the pool.
 
     It is when its exception only echoes a peer's failure, or when none of its own
     collectives is still in flight (the flight recorder counts them: only known when the
-    job was traced). A rank with work in flight leaves: that work would complete, or fail,
-    inside a later job. A rank that stays keeps the job's groups (as after every job) until
-    the parent sends :class:`Release`, when peers wait on it.
+    job was traced), after waiting :data:`SETTLE_S` for them to complete. A rank with work
+    still in flight leaves: that work would complete, or fail, inside a later job. A rank
+    that stays keeps the job's groups (as after every job) until the parent sends
+    :class:`Release`, when peers wait on it.
     """
     from ddp_conformance.ranks.tracing import TRACER
 
     if answer.released:
         return True
-    return traced and TRACER.flight is not None and TRACER.flight.pending() == 0
+    return traced and TRACER.flight is not None and TRACER.flight.settle(SETTLE_S)
 
 
 def die_with_parent(parent_pid: int) -> None:
