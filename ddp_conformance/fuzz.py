@@ -160,8 +160,10 @@ class Fuzzer:
     def fails(self, scenario: Scenario) -> bool:
         """Whether the candidate fails ``scenario`` where torch passes it (the condition
         hypothesis searches for and shrinks). A scenario once answered keeps its answer
-        (hypothesis replays the smallest one, and calls a changed answer flaky); one drawn
-        after the budget is spent is answered False without a run."""
+        within a round (hypothesis replays the smallest one, and calls a changed answer
+        flaky); a failure a finished round reported answers False in later rounds (found
+        once is enough: ``--keep-going`` looks for others); one drawn after the budget is
+        spent is answered False without a run."""
         key = (self.world_size, scenario.id)
         if key not in self._answers:
             self._answers[key] = self._fails(scenario)
@@ -227,6 +229,7 @@ class Fuzzer:
                 assert self._last_failure is not None
                 self.run_state.findings.append(Finding(self._last_failure[1], shrunk, result,
                                                        self._shrink_runs, self.world_size))
+                self._answers = {key: False for key in self._answers}  # reported
                 if not self.keep_going:
                     break
             self.progress(self.status_line(started))

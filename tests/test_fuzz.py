@@ -93,6 +93,17 @@ def test_a_failure_is_shrunk_to_what_it_needs() -> None:
     assert len(session.runs) == len(set(session.runs))
 
 
+def test_keep_going_reports_each_failure_once_and_looks_for_others() -> None:
+    """A failure found in one round is not found (nor replayed from the cache) again."""
+    session = _Session("s.steps >= 2")
+    run = Fuzzer(session, "cand", budget_s=8, seed=0, shrink_budget_s=2,  # type: ignore[arg-type]
+                 keep_going=True).run()
+    assert len(run.findings) >= 2
+    shrunk = [f.shrunk.id for f in run.findings]
+    assert len(shrunk) == len(set(shrunk)), shrunk
+    assert all(f.shrunk.steps >= 2 for f in run.findings)
+
+
 def test_scenarios_torch_does_not_pass_are_set_aside_never_judged() -> None:
     session = _Session("s.model == 'tied'", torch_fails_when="s.model == 'tied'")
     run = Fuzzer(session, "cand", budget_s=3, seed=0).run()  # type: ignore[arg-type]
