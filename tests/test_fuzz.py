@@ -34,6 +34,10 @@ def test_generated_scenarios_are_valid_and_their_literal_rebuilds_them(data: st.
         assert world_size > 1 and scenario.microbatches == 1
     if scenario.model in EXACT_LR:
         assert scenario.exact and scenario.optimizer.value == "sgd" and scenario.rtol is None
+    if scenario.rtol is not None:
+        assert scenario.autocast is None, "a lossy hook under autocast: chaotic trajectories"
+    if scenario.model == "composed" and "float16" in scenario.model_kwargs["blocks"]:
+        assert scenario.optimizer.value != "adam", "Adam's eps is 0 in a float16 parameter"
 
 
 def _draws(seed: int, n: int) -> list[str]:

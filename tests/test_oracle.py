@@ -88,3 +88,34 @@ def test_exact_data_is_dyadic_and_divisible_by_world_size() -> None:
             assert g is not None
             # Multiples of 1/64: exactly representable with few mantissa bits.
             assert torch.equal(g * 64, torch.round(g * 64))
+
+
+def test_after_a_join_an_unused_parameter_may_be_none_or_zero_never_anything_else() -> None:
+    """Under Join with find_unused_parameters torch's joined rank allreduces its stale used
+    map: a parameter no active rank used may get the reduced zeros instead of keeping None."""
+    from ddp_conformance.judge.evidence import Evidence
+    from ddp_conformance.judge.grads import check_grads
+    from ddp_conformance.judge.tolerance import Policy
+
+    s = Scenario("t/moe-join", "moe", steps=2, batch_size=1, seed=244,
+                 ddp_options={"find_unused_parameters": True},
+                 join=JoinSpec(fewer_steps_per_rank=1, divide_by_initial_world_size=False))
+    record = run_oracle(s, 2, CPU)
+    assert record.steps[0].zero_or_none == frozenset(), "nobody joined at step 0"
+    late = record.steps[1]
+    assert late.active == [0] and late.zero_or_none, "an expert unused by rank 0 at step 1"
+    name = sorted(late.zero_or_none)[0]
+    assert late.grads[name] is None
+
+    def verdict(value: torch.Tensor | None) -> set[str]:
+        ev = Evidence()
+        grads = {n: g for n, g in late.grads.items()}
+        grads[name] = value
+        check_grads(ev, "oracle", 1, 0, grads, late.grads, late.grad_scales, Policy(),
+                    "the oracle", late.zero_or_none)
+        return {f.check for f in ev.failures}
+
+    shape = dict(build_module(s, 0, CPU).named_parameters())[name].shape
+    assert verdict(None) == set()
+    assert verdict(torch.zeros(shape)) == set()
+    assert verdict(torch.full(shape, 1e-3)) == {"oracle.grad_none"}

@@ -70,7 +70,6 @@ HOOKS: tuple[tuple[CommHook | None, float | None], ...] = (
     (CommHook.FP16_COMPRESS, 4e-3),
 )
 
-
 #: DDP process groups a generated scenario may train in, per world size (None: the world):
 #: a group that leaves a rank idle, and groups side by side (``new_group`` on every rank).
 GROUPS: dict[int, tuple[tuple[tuple[int, ...], ...] | None, ...]] = {
@@ -146,6 +145,19 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         join = JoinSpec(fewer_steps_per_rank=fewer, divide_by_initial_world_size=not divide)
     if exact:  # autocast leaves the exact numbers; several forwards keep them
         autocast = None
+    if rtol is not None:
+        # No autocast with a lossy hook: the hook's rounding (float16's u, 2**-11) moves
+        # the parameters enough to flip the bfloat16 rounding autocast gives many weights in
+        # the next forward; on a BatchNorm model with small batches the free-running
+        # trajectories then part chaotically (measured, torch and the reference alike, on
+        # the channels_last ResNet at batch 1: 1.6% norm-wise at step 1, 20% at step 2), so
+        # no tolerance would tell a defect from it.
+        autocast = None
+    if optimizer is Optimizer.ADAM and model == "composed" and "float16" in blocks:
+        # Adam's eps (1e-8) is 0 in float16: a gradient element that is exactly 0 gives
+        # 0/0 = NaN in a float16 parameter, in torch and the oracle alike. Real training
+        # keeps float32 master weights for that; the generator keeps SGD.
+        optimizer = Optimizer.SGD_MOMENTUM
     fields: dict[str, Any] = dict(
         model=model, steps=steps, batch_size=batch_size, microbatches=microbatches,
         accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,

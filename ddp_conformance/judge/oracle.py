@@ -61,6 +61,13 @@ class OracleStep:
     #: active rank: what a synced backward must reduce at least (``trace.reduced_once``).
     #: Empty: not recorded (every parameter that requires a gradient then counts).
     local_grads: list[frozenset[str]] = field(default_factory=list)
+    #: Parameters whose expected gradient is None but which a DDP may give a zero gradient:
+    #: under Join with ``find_unused_parameters``, once a rank has joined, no active rank
+    #: used them, and torch's joined rank allreduces its *stale* used map (the last map it
+    #: reduced, or uninitialised memory: ``_match_unused_params_allreduce``), so torch may
+    #: count them used and write the reduced zeros. The value is zero either way; which of
+    #: the two torch does is the reference's to pin (``reference.grad_none``).
+    zero_or_none: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -188,10 +195,15 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
                                  for n in params)}
         grads: dict[str, Tensor | None] = {}
         scales: dict[str, float] = {}
+        stale_used_map = len(active) < len(ranks) and \
+            bool(scenario.ddp_options.get("find_unused_parameters"))
+        zero_or_none: set[str] = set()
         for name, p in params.items():
             contributions = [local[r].get(name) for r in active]
             if all(c is None for c in contributions):
                 grads[name] = previous[name]
+                if stale_used_map and previous[name] is None and p.requires_grad:
+                    zero_or_none.add(name)
                 continue
             parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
             total = parts[0]
@@ -209,7 +221,7 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
         optimizer.step()
         record.steps.append(OracleStep(active, grads, _clone(params),
                                        {r: _clone(rank_buffers[r]) for r in active}, at_forward,
-                                       scales, defined))
+                                       scales, defined, frozenset(zero_or_none)))
 
     # Join's post hook syncs the final model from the highest-ranked last joiner.
     record.last_joiner = max(r for r in ranks if steps[r] == max(steps.values()))

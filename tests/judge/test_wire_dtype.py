@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddp_conformance.catalog.scenario import CommHook, Scenario
+from ddp_conformance.catalog.scenario import CommHook, Scenario, SyncStrategy
 from ddp_conformance.judge.wire_dtypes import lossless, same, shortfall
 
 from .world import World, bucket_trace, make_world
@@ -117,6 +117,16 @@ def test_fp16_compress_demands_float16_exactly() -> None:
         world = reduced_in(wire, torch.float32, scenario=FP16_HOOK)
         assert world.failed() == {"trace.dtype"}
         assert "expected float16 (precision silently changed)" in world.messages("trace.dtype")[0]
+
+
+def test_under_forced_sync_the_hook_never_runs_and_gradients_go_in_their_own_dtype() -> None:
+    """Composer's forced_sync: every microbatch inside no_sync, then an allreduce by hand."""
+    forced = Scenario("judge/fp16-hook-forced", "mlp", comm_hook=CommHook.FP16_COMPRESS,
+                      microbatches=2, sync_strategy=SyncStrategy.FORCED_SYNC)
+    assert reduced_in("float32", torch.float32, scenario=forced).failed() == set()
+    world = reduced_in("float16", torch.float32, scenario=forced)
+    assert world.failed() == {"trace.dtype"}
+    assert "precision lost" in world.messages("trace.dtype")[0]
 
 
 def test_hall_condition_over_sets_of_dtypes() -> None:

@@ -14,7 +14,9 @@ def oracle_equivalence(ctx: Context) -> None:
       microbatch divisor) within the dtype's tolerance, bitwise for exact-valued scenarios;
       a rank that ran more steps than the oracle fails it too;
     - ``oracle.grad_none``: a gradient is ``None`` exactly where the oracle's is (a
-      parameter unused on every rank keeps its previous gradient, as torch does);
+      parameter unused on every rank keeps its previous gradient, as torch does; under
+      Join with ``find_unused_parameters``, one unused on every active rank after a rank
+      joined may instead be all zeros: ``OracleStep.zero_or_none``);
     - ``oracle.param`` / ``oracle.buffer``: parameters and buffers after each step, and the
       buffers at the start of every forward, equal the oracle's trajectory (buffers
       simulated per rank, broadcast where torch broadcasts them).
@@ -41,7 +43,7 @@ def oracle_equivalence(ctx: Context) -> None:
             if not scenario.oracle_after_join and len(ostep.active) < len(ctx.records):
                 break
             check_grads(ev, "oracle", step, rank, srec.grads, ostep.grads, ostep.grad_scales,
-                        exact, "the oracle")
+                        exact, "the oracle", ostep.zero_or_none)
             ev.compare_all("oracle.param", step, rank, srec.params, ostep.params, exact,
                            "the oracle")
             ev.compare_all("oracle.buffer", step, rank, srec.buffers, ostep.buffers[rank], exact,

@@ -1,6 +1,7 @@
 """``trace.dtype``: gradients are reduced without losing precision."""
 from __future__ import annotations
 
+from ddp_conformance.catalog.scenario import Scenario, SyncStrategy
 from ddp_conformance.judge.registry import Context, check, traced
 from ddp_conformance.judge.trace_facts import (
     defined_gradients,
@@ -15,6 +16,18 @@ from ddp_conformance.judge.wire_dtypes import holders, lossless, same, shortfall
 HOOK_WIRE_DTYPE = {"fp16_compress": "float16"}
 
 
+def hook_wire_dtype(scenario: Scenario) -> str | None:
+    """The wire dtype the scenario's comm hook sets, if its reductions go through the hook.
+
+    Under Composer's ``forced_sync`` they do not: every microbatch runs inside ``no_sync``
+    and the gradients are then allreduced by hand, each in its own dtype
+    (``ddp_reference.sync_strategy.forced_sync_gradients``), so the hook never runs.
+    """
+    if scenario.sync_strategy == SyncStrategy.FORCED_SYNC:
+        return None
+    return HOOK_WIRE_DTYPE.get(scenario.comm_hook or "")
+
+
 @check("trace.dtype", when=traced)
 def wire_dtype(ctx: Context) -> None:
     """Backward gradient reductions (reducing collectives of floating dtype) lose no
@@ -24,7 +37,8 @@ def wire_dtype(ctx: Context) -> None:
 
     - With a comm hook that sets the wire dtype (``fp16_compress``: float16, torch's
       ``fp16_compress_hook`` casts each bucket to float16), exactly that dtype: a hook
-      that is ignored is caught.
+      that is ignored is caught. Not under ``forced_sync``, where the hook never runs
+      (:func:`hook_wire_dtype`).
     - Strict profile (``torch``, ``reference``, ``--strict-profile``): torch's exact wire
       dtype, the gradients' own (torch's reducer buckets per dtype and reduces each bucket
       in its dtype); in a mixed model each dtype's needed elements in that dtype.
@@ -41,7 +55,7 @@ def wire_dtype(ctx: Context) -> None:
     ``Scenario.trace_volume`` is off. One failure per rank for the per-collective rule,
     one in all for the volume.
     """
-    wire = HOOK_WIRE_DTYPE.get(ctx.scenario.comm_hook or "")
+    wire = hook_wire_dtype(ctx.scenario)
     _each_reduction(ctx, wire)
     if not wire and len(ctx.oracle.numel_by_dtype) > 1 and ctx.scenario.trace_volume:
         _per_dtype_volume(ctx)
