@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from ddp_conformance.catalog.loader import validate
 from ddp_conformance.catalog.scenario import Scenario
-from ddp_conformance.catalog.strategies import EXACT_LR, scenario_literal, scenarios
+from ddp_conformance.catalog.strategies import (
+    EXACT_LR,
+    RANK_DEPENDENT_USE,
+    scenario_literal,
+    scenarios,
+)
 from ddp_conformance.errors import UsageError
 from ddp_conformance.fuzz import Fuzzer, parse_duration
 from ddp_conformance.judge.verdict import Result, Verdict
@@ -34,6 +39,8 @@ def test_generated_scenarios_are_valid_and_their_literal_rebuilds_them(data: st.
         assert world_size > 1 and scenario.microbatches == 1
     if scenario.model in EXACT_LR:
         assert scenario.exact and scenario.optimizer.value == "sgd" and scenario.rtol is None
+    if scenario.model in RANK_DEPENDENT_USE:
+        assert scenario.sync_strategy != "forced_sync", "Composer's forced_sync desyncs on it"
     if scenario.rtol is not None:
         assert scenario.autocast is None, "a lossy hook under autocast: chaotic trajectories"
     if scenario.model == "composed" and "float16" in scenario.model_kwargs["blocks"]:
