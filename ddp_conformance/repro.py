@@ -1,33 +1,56 @@
 """``ddp-conformance repro``: a standalone script that reproduces a case, for a bug report.
 
 The script needs torch and the candidate's package, nothing of the harness. It runs under
-``torchrun --nproc-per-node N`` (Gloo on the CPU), rebuilds the scenario's model and data
-(the model's code is copied from :mod:`ddp_conformance.catalog.models`: only the
-definitions it needs, found by following the names its registration uses; the seeds and
-the per-microbatch decisions are the harness's, written out as tables; the comm hook is
-the branch of ``catalog.procedure.make_comm_hook`` copied), trains it with the candidate
-the way ``ranks/engine.py`` drives a DDP-like candidate, and checks what the harness's
-checks check, in one process per rank:
+``torchrun --nproc-per-node N`` (Gloo on the CPU), rebuilds the scenario's model and data,
+trains it with the candidate the way ``ranks/engine.py`` drives a DDP-like candidate, and
+checks what the harness's checks check, in one process per rank.
+
+The model's code is copied from the catalog module that registers it
+(``catalog/models.py``, ``real_models.py``, ``composed.py``): only the definitions its
+registration needs, found by following names, into ``models.py`` where the module imports
+from it (``ModelSpec``, ``mse``); its other imports (``math``, torch's ``checkpoint``)
+become the script's (:func:`model_source`). What the procedure decides is the harness's,
+computed by ``catalog/procedure.py``'s own functions and written out as tables: per step
+the forward plan (``forward_plan``: the eval forward first where ``eval_between_steps``,
+then each microbatch's ``forwards`` forwards), per forward of it whether DDP broadcasts
+buffers at its start (``broadcasts``), per (rank, step, microbatch, forward) the batch's
+seed and the seed ``seed_forward`` gives torch's RNG before the forward (dropout's masks),
+per rank its batch size (uneven batches), per microbatch whether it syncs. The comm hook is
+the branch of ``catalog.procedure.make_comm_hook`` copied. Per step a rank calls the
+model's ``before_step`` (a model changed between steps), runs the eval forward (inner
+module in ``eval()``, ``torch.no_grad()``, through the DDP wrapper), ``zero_grad``, then
+per microbatch its forwards (each seeded, under ``torch.autocast`` where the scenario asks;
+the losses summed) and one backward outside autocast.
+
+The checks:
 
 - against a single-process result computed the way ``judge/oracle.py`` computes it (the
-  same model from the group's rank 0 initial weights, every active rank's batch in turn,
-  local gradients summed over the microbatches, divided by the group size or, under Join
-  with ``divide_by_initial_world_size=False``, by the ranks still active, summed in rank
-  order; buffers simulated per rank, broadcast from rank 0, or under Join from the highest
-  active rank): the initial parameters and buffers (DDP's init sync), at each step the
-  buffers at the start of every forward, the gradients (``None`` where the result's is),
-  the parameters and buffers after the step; norm-wise within the harness's tolerance
-  (``judge/tolerance.py``), bitwise for an exact scenario; with ``oracle_after_join``
-  off, only while every rank is active;
+  same model from the group's rank 0 initial weights, every active rank's forwards of the
+  plan in turn, the broadcast source's first, each seeded as the rank seeds it; local
+  gradients summed over the microbatches, divided by the group size or, under Join with
+  ``divide_by_initial_world_size=False``, by the ranks still active, summed in rank order:
+  with uneven batches the mean of the per-rank means, each rank weighted 1/group size;
+  buffers simulated per rank, broadcast from rank 0, or under Join from the highest active
+  rank, at the forwards where DDP broadcasts): the initial parameters and buffers (DDP's
+  init sync), at each step the buffers at the start of every forward (the eval forward
+  included), the gradients (``None`` where the result's is; zeros accepted too where the
+  oracle's ``zero_or_none`` does: a parameter no active rank used after a join, under
+  ``find_unused_parameters``), the parameters and buffers after the step; norm-wise
+  within the harness's tolerance (``judge/tolerance.py``: the parameter dtypes' rtol, the
+  loosest of a mixed model's, or the scenario's override; autocast changes nothing there,
+  as in the harness: the single process computes the same bfloat16 forward, so local
+  gradients agree bitwise and only the reduction's rounding is left), bitwise for an
+  exact scenario; with ``oracle_after_join`` off, only while every rank is active;
 - the collectives, logged by a Gloo process group every group of the script is made of
   (DDP's C++ reducer goes through it too): nothing reduced or broadcast inside
-  ``no_sync`` (``trace.no_sync``), reductions in a lossless wire dtype or the comm hook's,
+  ``no_sync`` (``trace.no_sync``), reductions in a lossless wire dtype or the comm hook's
+  (``hook_wire_dtype``: none under ``forced_sync``, whose reduction by hand skips the hook),
   and enough of each dtype in a mixed model (``trace.dtype``), and every synced backward
   reducing every gradient element once
   (``trace.reduced_once``, where the scenario's ``trace_volume`` is on);
 - the replicas: parameters bitwise equal on every rank that ran the step, buffers at each
-  broadcasting forward too, and after the training (Join's exit included) every rank's
-  parameters equal, buffers equal to the last joiner's under Join;
+  broadcasting forward of the plan too, and after the training (Join's exit included)
+  every rank's parameters equal, buffers equal to the last joiner's under Join;
 - where the scenario expects an error, that error on every rank (regular expression on
   "Type: message"); as in the harness nothing else is compared then (the failing
   iteration is no DDP step: without ``find_unused_parameters`` the step before the error
@@ -44,45 +67,41 @@ The first violation raises ``AssertionError`` with one evidence line ("rank 1, s
 1.1e-06)"). ``--ddp torch`` swaps the candidate for torch's DDP: the same script then
 passes, which shows the defect is the candidate's.
 
-What the script cannot write faithfully is refused with a usage error (:func:`refusal`).
+What the script cannot write faithfully is refused with a usage error (:func:`refusal`):
+a world size the scenario is not defined for, a backend other than Gloo, a model that no
+catalog module registers. Left out: the reference DDP (and so the reference checks), the
+bucket-layout check and the cross-rank trace-consistency check.
 """
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import inspect
 import os
 import pprint
 import textwrap
+from dataclasses import dataclass, field
 
 import torch
 from ddp_reference import sync_strategy
 
+from ddp_conformance.catalog import composed, procedure, real_models
 from ddp_conformance.catalog import models as models_module
-from ddp_conformance.catalog import procedure
-from ddp_conformance.catalog.procedure import buffers_broadcast, synced
+from ddp_conformance.catalog.procedure import broadcasts, buffers_broadcast, forward_plan, synced
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import UsageError
-from ddp_conformance.judge.checks.trace_dtype import HOOK_WIRE_DTYPE
+from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.tolerance import RTOL
 from ddp_conformance.judge.wire_dtypes import HOLDS
 
 
 def unsupported(scenario: Scenario) -> str:
     """Why the script cannot reproduce ``scenario`` at any world size ('' if it can)."""
-    from ddp_conformance.catalog.models import get_model
-
     reasons = [what for what, present in (
         ("a backend other than Gloo", scenario.unsupported_backend("gloo") != ""),
-        ("several forwards per backward", scenario.forwards > 1),
-        ("an eval forward between steps", scenario.eval_between_steps),
-        ("autocast", scenario.autocast is not None),
-        ("uneven per-rank batches", scenario.batch_size_step > 0),
-        ("a model changed between steps", get_model(scenario.model).before_step is not None),
-        # Only catalog/models.py is copied into the script; the real-world and composed
-        # models (dropout needs the per-forward seeding too) are not yet.
-        ("a model outside catalog/models.py",
-         get_model(scenario.model).build.__module__ != models_module.__name__
-         and getattr(get_model(scenario.model).build, "__module__", "") != "builtins"),
+        ("a model registered outside the catalog's modules",
+         registering_module(scenario.model) is None),
     ) if present]
     return ", ".join(reasons)
 
@@ -92,47 +111,160 @@ def refusal(scenario: Scenario, world_size: int) -> str:
     ('' if one is)."""
     why = unsupported(scenario)
     if why:
-        return f"repro: {scenario.id} uses {why}, which the standalone script does not write yet"
+        return f"repro: {scenario.id} uses {why}, which the standalone script cannot write"
     wrong_size = scenario.unsupported_world_size(world_size)
     if wrong_size:
         return f"repro: {scenario.id} is {wrong_size}, not {world_size} ranks (--world-size)"
     return ""
 
 
-def model_source(model: str) -> str:
-    """The definitions of ``catalog/models.py`` that model ``model`` needs, in file order,
-    and ``SPEC``, its registration's ``ModelSpec``."""
-    tree = ast.parse(inspect.getsource(models_module))
-    defined: dict[str, ast.stmt] = {}
-    registration: ast.Call | None = None
-    for node in tree.body:
+#: The modules a catalog model may be registered in (``register(ModelSpec("name", ...))``).
+CATALOG_MODULES = (models_module.__name__, real_models.__name__, composed.__name__)
+
+
+@dataclass
+class _Module:
+    """One module's top level, read for :func:`model_source`."""
+
+    name: str
+    tree: ast.Module
+    lines: list[str]
+    #: Top-level name -> the statement defining it (def, class, assignment).
+    defined: dict[str, ast.stmt] = field(default_factory=dict)
+    #: Top-level name -> (module, its name there; "" for a module) for what it imports.
+    imported: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@functools.cache
+def _read_module(name: str) -> _Module:
+    source = inspect.getsource(importlib.import_module(name))
+    module = _Module(name, ast.parse(source), source.splitlines())
+    for node in module.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            defined[node.name] = node
+            module.defined[node.name] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
-                if isinstance(target, ast.Name):
-                    defined[target.id] = node
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
-                getattr(node.value.func, "id", "") == "register":
+                for leaf in ast.walk(target):  # a, b = 1, 2 defines both
+                    if isinstance(leaf, ast.Name):
+                        module.defined[leaf.id] = node
+    module.imported = _imported(module.tree)
+    return module
+
+
+def _imported(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """Top-level name -> (module, its name there; "" for a module) of ``tree``'s imports."""
+    bound: dict[str, tuple[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                bound[name] = (alias.name if alias.asname else name, "")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = (node.module, alias.name)
+    return bound
+
+
+def _registration(module: _Module, model: str) -> ast.Call | None:
+    """The ``ModelSpec(...)`` of ``register(ModelSpec("model", ...))`` in ``module``."""
+    found = None
+    for node in module.tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
+                getattr(node.value.func, "id", "") == "register" and node.value.args:
             spec = node.value.args[0]
             if isinstance(spec, ast.Call) and spec.args and \
                     isinstance(spec.args[0], ast.Constant) and spec.args[0].value == model:
-                registration = spec
-    if registration is None:
-        raise UsageError(f"repro: model {model!r} is not registered in catalog/models.py")
-    needed: set[str] = set()
-    pending: list[ast.AST] = [registration]
+                found = spec
+    return found
+
+
+def registering_module(model: str) -> str | None:
+    """The catalog module whose top level registers ``model`` (None: none of
+    :data:`CATALOG_MODULES`)."""
+    for name in CATALOG_MODULES:
+        if _registration(_read_module(name), model) is not None:
+            return name
+    return None
+
+
+def model_source(model: str) -> str:
+    """The code model ``model`` needs, and ``SPEC``, its registration's ``ModelSpec``.
+
+    The definitions are copied from the module that registers it (``catalog/models.py``,
+    ``real_models.py``, ``composed.py``) by following the names its registration uses,
+    into the harness's other modules where it imports from them (``ModelSpec`` and
+    ``mse`` from ``models.py``); what it imports from elsewhere (``math``, torch's
+    ``checkpoint``) becomes an import of the script. In file order, the modules imported
+    from first; nothing of ``ddp_conformance`` is imported."""
+    home = registering_module(model)
+    if home is None:
+        raise UsageError(f"repro: model {model!r} is not registered in "
+                         f"{', '.join(m.rsplit('.', 1)[-1] + '.py' for m in CATALOG_MODULES)}")
+    registration = _registration(_read_module(home), model)
+    assert registration is not None
+    needed: dict[tuple[str, str], ast.stmt] = {}  # (module, name) -> definition
+    imports: dict[str, tuple[str, str]] = {}  # bound name -> (module, name there or "")
+    pending: list[tuple[str, ast.AST]] = [(home, registration)]
+
+    def resolve(module_name: str, name: str) -> None:
+        module = _read_module(module_name)
+        if name in module.defined:
+            if (module_name, name) not in needed and name != "MODELS":
+                needed[(module_name, name)] = module.defined[name]
+                pending.append((module_name, module.defined[name]))
+        elif name in module.imported:
+            source, original = module.imported[name]
+            if source.split(".")[0] == "ddp_conformance":
+                if not original or original != name:
+                    raise UsageError(f"repro: model {model!r} needs {name!r}, imported as a "
+                                     f"module or under another name from {source}")
+                resolve(source, original)
+            else:
+                imports[name] = (source, original)
+
     while pending:
-        current = pending.pop()
-        for name in {n.id for n in ast.walk(current) if isinstance(n, ast.Name)}:
-            if name in defined and name not in needed and name not in ("MODELS",):
-                needed.add(name)
-                pending.append(defined[name])
-    order = [n for n in tree.body if any(defined.get(name) is n for name in needed)]
-    parts = [ast.unparse(n) for n in order]
-    parts.append(f"SPEC = {ast.unparse(registration)}")
+        module_name, node = pending.pop()
+        for name in sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}):
+            resolve(module_name, name)
+    clash = [name for name in {n for _, n in needed}
+             if len({m for m, n in needed if n == name}) > 1]
+    if clash:
+        raise UsageError(f"repro: model {model!r} needs {clash[0]!r} from two modules")
+    lines = []
+    for name, (source, original) in imports.items():
+        if _SCRIPT_IMPORTS.get(name) == (source, original):
+            continue  # the script imports it already
+        if name in _SCRIPT_IMPORTS:
+            raise UsageError(f"repro: model {model!r} imports {name!r} from {source}, a name "
+                             "the script binds to something else")
+        if original:
+            alias = ast.alias(original, None if original == name else name)
+            lines.append(ast.unparse(ast.ImportFrom(source, [alias], 0)))
+        else:
+            alias = ast.alias(source, None if source == name else name)
+            lines.append(ast.unparse(ast.Import([alias])))
+    parts = ["\n".join(lines)] if lines else []
+    # The modules imported from first (their definitions are used at import time), the
+    # registering module last; each in its file order.
+    for module_name in [*(m for m in dict.fromkeys(m for m, _ in needed) if m != home), home]:
+        chosen = {id(node) for (m, _), node in needed.items() if m == module_name}
+        parts += [_text(_read_module(module_name), node)
+                  for node in _read_module(module_name).tree.body if id(node) in chosen]
+    parts.append(f"SPEC = {_text(_read_module(home), registration)}")
     return "\n\n\n".join(parts)
+
+
+def _text(module: _Module, node: ast.stmt | ast.expr) -> str:
+    """``node``'s source as written (comments inside kept, decorators included)."""
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    end = node.end_lineno or node.lineno
+    text = "\n".join(module.lines[first - 1:end])
+    if isinstance(node, ast.stmt):
+        return text
+    # An expression (the registration's ModelSpec call): from its column to its end.
+    tail = len(module.lines[end - 1]) - (node.end_col_offset or 0)
+    return text[node.col_offset:len(text) - tail]
 
 
 def comm_hook_source(name: str) -> str:
@@ -180,8 +312,10 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
     grad_dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()
                           if p.requires_grad})
     hook = scenario.comm_hook.value if scenario.comm_hook else None
+    plans = {s: forward_plan(scenario, s) for s in range(steps)}
     settings = dict(
-        WORLD_SIZE=world_size, STEPS=steps, MICROBATCHES=mbs, BATCH_SIZE=scenario.batch_size,
+        WORLD_SIZE=world_size, STEPS=steps, MICROBATCHES=mbs, FORWARDS=scenario.forwards,
+        EVAL_BETWEEN_STEPS=scenario.eval_between_steps, AUTOCAST=scenario.autocast,
         OPTIMIZER=scenario.optimizer.value, LR=scenario.lr,
         SET_TO_NONE=scenario.zero_grad_set_to_none, DDP_OPTIONS=dict(scenario.ddp_options),
         BROADCAST_BUFFERS=scenario.broadcasts_buffers(), SAME_INIT=scenario.init.value == "same",
@@ -192,7 +326,7 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
         ORACLE_AFTER_JOIN=scenario.oracle_after_join,
         SYNC_STRATEGY=scenario.sync_strategy.value if scenario.sync_strategy else None,
         COMM_HOOK=hook, COMM_HOOK_REGISTRATIONS=scenario.comm_hook_registrations,
-        HOOK_WIRE_DTYPE=HOOK_WIRE_DTYPE.get(hook or ""),
+        HOOK_WIRE_DTYPE=hook_wire_dtype(scenario),
         EXPECT_ERROR=scenario.expect_error, TRACE_VOLUME=scenario.trace_volume,
         EXACT=scenario.exact, RTOL_OVERRIDE=scenario.rtol,
         RTOL={str(k).removeprefix("torch."): v for k, v in RTOL.items()},
@@ -203,8 +337,14 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
         # Join: rank r of its group runs max(1, STEPS - r * fewer) steps (JoinSpec.steps_for)
         "STEPS_FOR": {r: scenario.steps_for(g.index(r)) for g in groups for r in g},
         "INIT_SEEDS": {r: scenario.init_seed(r) for r in range(world_size)},
-        "DATA_SEEDS": {(r, s, m): scenario.data_seed(r, s, m) for r in range(world_size)
-                       for s in range(steps) for m in range(mbs)},
+        "BATCH_SIZES": {r: scenario.batch_size_for(r) for r in range(world_size)},
+        "PLAN": {s: [(f.microbatch, f.index) for f in plans[s]] for s in range(steps)},
+        "BROADCASTS": {s: broadcasts(scenario, s) for s in range(steps)},
+        "DATA_SEEDS": {(r, s, f.microbatch, f.index): scenario.data_seed(
+                           r, s, procedure._draw(scenario, f.microbatch, f.index))
+                       for r in range(world_size) for s in range(steps) for f in plans[s]},
+        "FORWARD_SEEDS": {(r, s, f.microbatch, f.index): _forward_seed(scenario, r, s, f)
+                          for r in range(world_size) for s in range(steps) for f in plans[s]},
         "SYNCED": [synced(scenario, m) for m in range(mbs)],
         "BUFFERS_BROADCAST": {(s, m): buffers_broadcast(scenario, s, m)
                               for s in range(steps) for m in range(mbs)},
@@ -218,13 +358,47 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
                           "powerSGD_hook\n" if hook else "")
     parts = [header, imports, "", "# --- the scenario " + "-" * 66,
              f"CANDIDATE = {(module_name, attr)!r}  # module, attribute", constants, "",
-             "# --- the model, from ddp_conformance/catalog/models.py " + "-" * 27,
+             f"# --- the model, from {_path(registering_module(scenario.model))} ".ljust(84, "-"),
              model_source(scenario.model), ""]
     parts += ["", "# --- the comm hook, from ddp_conformance/catalog/procedure.py " + "-" * 20,
               comm_hook_source(hook) if hook else "comm_hook = None  # the scenario registers none",
               "", "# --- forced_sync's reduction, from reference/sync_strategy.py " + "-" * 20,
               inspect.getsource(sync_strategy.forced_sync_gradients), ""]
-    return "\n".join([*parts, _BODY])
+    script = "\n".join([*parts, _BODY])
+    twice = _defined_twice(script)
+    if twice:
+        raise UsageError(f"repro: the code of model {scenario.model!r} defines {twice[0]!r}, "
+                         "which the script defines too")
+    return script
+
+
+def _path(module: str | None) -> str:
+    """``ddp_conformance/catalog/models.py`` for its module's name."""
+    return (module or "?").replace(".", "/") + ".py"
+
+
+def _forward_seed(scenario: Scenario, rank: int, step: int, forward: procedure.Forward) -> int:
+    """The seed ``procedure.seed_forward`` gives torch's RNG before this forward, read back
+    from torch (the harness's RNG state is restored)."""
+    with torch.random.fork_rng(devices=[]):
+        procedure.seed_forward(scenario, rank, step, forward.microbatch, forward.index)
+        return torch.initial_seed()
+
+
+def _defined_twice(source: str) -> list[str]:
+    """Top-level names two statements of ``source`` define (a def, class or assignment
+    silently replacing another: a model's code against the script's own)."""
+    seen: dict[str, int] = {}
+    for node in ast.parse(source).body:
+        names: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        for name in names:
+            seen[name] = seen.get(name, 0) + 1
+    return sorted(name for name, count in seen.items() if count > 1)
 
 
 #: Comments on the script's constants.
@@ -234,7 +408,8 @@ _NOTES = {
     "JOIN": "Join's keywords (None: no Join)",
     "ORACLE_AFTER_JOIN": "compare with the single-process result after a rank has joined",
     "SYNC_STRATEGY": "Composer's gradient-accumulation sync strategy (None: SYNCED decides)",
-    "HOOK_WIRE_DTYPE": "the dtype the comm hook reduces in (None: a dtype holding the gradients')",
+    "HOOK_WIRE_DTYPE": "the dtype the comm hook reduces in (None: a dtype holding the gradients'; "
+                       "forced_sync reduces by hand, the hook never runs)",
     "EXPECT_ERROR": "the error every rank must raise, on 'Type: message' (then nothing else is "
                     "compared)",
     "TRACE_VOLUME": "check that each synced backward reduces every gradient element once",
@@ -243,6 +418,18 @@ _NOTES = {
     "GRAD_DTYPES": "the dtypes of the parameters that require gradients",
     "HOLDS": "per wire dtype, the gradient dtypes it holds exactly (judge/wire_dtypes.py)",
     "STEPS_FOR": "steps per global rank (Join: rank r of its group runs max(1, STEPS - r * fewer))",
+    "FORWARDS": "forwards per backward, their losses summed (PLAN lists them)",
+    "EVAL_BETWEEN_STEPS": "a forward under no_grad and eval() before every step but the first "
+                          "(PLAN's microbatch -1)",
+    "AUTOCAST": "the dtype of torch.autocast around every training forward (None: none)",
+    "BATCH_SIZES": "samples per global rank (uneven batches: DDP averages the per-rank means)",
+    "PLAN": "per step, its forwards in order as (microbatch, forward): microbatch -1 is the eval "
+            "forward (catalog/procedure.py: forward_plan)",
+    "BROADCASTS": "per step and forward of PLAN, whether DDP broadcasts buffers at its start "
+                  "(procedure.broadcasts: after a forward with grad outside no_sync)",
+    "DATA_SEEDS": "per (rank, step, microbatch, forward), the seed of the batch's generator",
+    "FORWARD_SEEDS": "per (rank, step, microbatch, forward), torch.manual_seed before it "
+                     "(procedure.seed_forward: dropout's masks)",
     "SYNCED": "per microbatch, whether its backward reduces gradients",
     "BUFFERS_BROADCAST": "per (step, microbatch), whether DDP broadcasts buffers at its forward "
                          "(after a synced forward)",
@@ -287,6 +474,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 '''
 
+#: What the script's own imports bind (a model's import of the same is not repeated).
+_SCRIPT_IMPORTS = _imported(ast.parse(_IMPORTS))
+
 _BODY = textwrap.dedent('''
     # --- the procedure, as ddp_conformance/ranks/engine.py drives a DDP-like candidate ---
 
@@ -297,9 +487,42 @@ _BODY = textwrap.dedent('''
         return SPEC.build(**kwargs)
 
 
-    def batch(rank, step, mb, group_size):
-        gen = torch.Generator().manual_seed(DATA_SEEDS[(rank, step, mb)])
-        return SPEC.batch(gen, BATCH_SIZE, rank, group_size, step)
+    def batch(rank, step, mb, forward, group_size):
+        """Rank ``rank``'s batch for one forward of the step (microbatch -1: the eval
+        forward), BATCH_SIZES[rank] samples (catalog/procedure.py: batch)."""
+        gen = torch.Generator().manual_seed(DATA_SEEDS[(rank, step, mb, forward)])
+        return SPEC.batch(gen, BATCH_SIZES[rank], rank, group_size, step)
+
+
+    def seed_forward(rank, step, mb, forward):
+        """Seed torch's RNG before a forward, as every rank and the single process do:
+        dropout then draws rank ``rank``'s masks wherever its batch is computed."""
+        torch.manual_seed(FORWARD_SEEDS[(rank, step, mb, forward)])
+
+
+    def forward_context():
+        """Around every training forward (not the eval forward, not the backward)."""
+        if AUTOCAST is None:
+            return nullcontext()
+        return torch.autocast("cpu", dtype=getattr(torch, AUTOCAST))
+
+
+    def training_forwards(step, mb):
+        """The forwards (their indices) whose losses microbatch ``mb``'s backward sums."""
+        return [f for m, f in PLAN[step] if m == mb]
+
+
+    def eval_forward(model, module, rank, step, group_size):
+        """The validation forward before the step: module.eval(), torch.no_grad(), through
+        the DDP wrapper (ranks/engine.py: _eval_forward)."""
+        inputs, _ = batch(rank, step, -1, 0, group_size)
+        seed_forward(rank, step, -1, 0)
+        module.eval()
+        try:
+            with torch.no_grad():
+                model(*inputs)
+        finally:
+            module.train()
 
 
     def optimizer(params, distributed=True):
@@ -373,13 +596,23 @@ _BODY = textwrap.dedent('''
         module.register_forward_pre_hook(lambda m, args: at_forward.append(snapshot(m.named_buffers())))
         with join(model, opt):
             for step in range(STEPS_FOR[rank]):
+                if SPEC.before_step is not None:  # how the model changes between steps
+                    SPEC.before_step(module, step)
+                if PLAN[step] and PLAN[step][0][0] < 0:
+                    at("eval", step)
+                    eval_forward(model, module, rank, step, len(members))
                 at("zero_grad", step)
                 opt.zero_grad(set_to_none=SET_TO_NONE)
                 for mb in range(MICROBATCHES):
-                    inputs, target = batch(rank, step, mb, len(members))
                     with sync_context(model, mb):
                         at("forward", step, mb)
-                        loss = SPEC.loss(model(*inputs), target)
+                        loss = 0  # the forwards' losses summed, one backward
+                        for f in training_forwards(step, mb):
+                            inputs, target = batch(rank, step, mb, f, len(members))
+                            seed_forward(rank, step, mb, f)
+                            with forward_context():
+                                out = model(*inputs)
+                            loss = loss + SPEC.loss(out, target)
                         at("backward", step, mb)
                         loss.backward()
                 at("optimizer", step)
@@ -414,6 +647,9 @@ _BODY = textwrap.dedent('''
         buffers: dict     # per rank, after the step
         at_forward: dict  # per rank, the buffers at the start of each forward
         produced: list    # per microbatch, the parameters some active rank made a gradient for
+        # None expected, zeros accepted: Join with find_unused_parameters after a rank joined,
+        # used by no active rank (torch's joined rank allreduces its stale used map)
+        zero_or_none: set = field(default_factory=set)
 
 
     @dataclass
@@ -428,10 +664,12 @@ _BODY = textwrap.dedent('''
 
     def single_process(members):
         """The group's trajectory in one process: the model from its rank 0's initial
-        weights (DDP's init sync), every active rank's batch in turn, each rank's local
-        gradients summed over the microbatches, divided by the group size (or by the ranks
-        still active: Join with divide_by_initial_world_size=False) and summed in rank
-        order; buffers simulated per rank, broadcast where DDP broadcasts them."""
+        weights (DDP's init sync), every active rank's batch in turn (each forward of the
+        step's PLAN, seeded as the rank seeds it; a microbatch's forwards' losses summed,
+        one backward), each rank's local gradients summed over the microbatches, divided by
+        the group size (or by the ranks still active: Join with
+        divide_by_initial_world_size=False) and summed in rank order; buffers simulated per
+        rank, broadcast where DDP broadcasts them (BROADCASTS)."""
         model = build(members[0])
         rank_buffers = {r: snapshot(model.named_buffers()) if BROADCAST_BUFFERS or SAME_INIT
                         else snapshot(build(r).named_buffers()) for r in members}
@@ -441,42 +679,72 @@ _BODY = textwrap.dedent('''
         opt = optimizer(model.parameters(), distributed=False)
         previous = dict.fromkeys(params)
         for step in range(max(STEPS_FOR[r] for r in members)):
+            if SPEC.before_step is not None:
+                SPEC.before_step(model, step)
             active = [r for r in members if step < STEPS_FOR[r]]
             divide_by_all = JOIN is None or JOIN["divide_by_initial_world_size"]
             divisor = len(members) if divide_by_all else len(active)
+            # Under Join torch broadcasts from the highest active rank, else from rank 0. The
+            # source runs first, so every other rank can start a broadcast forward from its
+            # buffers at that forward.
+            source = max(active) if JOIN is not None else active[0]
+            order = [source] + [r for r in active if r != source]
+            plan, bcast = PLAN[step], BROADCASTS[step]
             local = {r: {} for r in active}
             at_forward = {r: [] for r in active}
             produced = []
-            for mb in range(MICROBATCHES):
+            source_at = {}  # the source's buffers at each forward of the plan
+            for mb in sorted({m for m, _ in plan}):  # the eval forward (-1) first
+                positions = [i for i, (m, _) in enumerate(plan) if m == mb]
                 made = set()
-                if BROADCAST_BUFFERS and BUFFERS_BROADCAST[(step, mb)]:
-                    # Under Join torch broadcasts from the highest active rank, else rank 0.
-                    source = max(active) if JOIN is not None else active[0]
-                    for r in active:
-                        rank_buffers[r] = dict(rank_buffers[source])
-                for r in active:
-                    with torch.no_grad():
-                        for name, b in model.named_buffers():
-                            b.copy_(rank_buffers[r][name])
-                    at_forward[r].append(snapshot(model.named_buffers()))
+                for r in order:
+                    loss = 0
+                    for i in positions:
+                        f = plan[i][1]
+                        sync = BROADCAST_BUFFERS and bcast[i] and r != source
+                        if sync:
+                            rank_buffers[r] = snapshot(source_at[i].items())
+                        if i == positions[0] or sync:  # in place, as DDP's broadcast writes
+                            load_buffers(model, rank_buffers[r])
+                        if r == source:
+                            source_at[i] = snapshot(rank_buffers[r].items())
+                        at_forward[r].append(snapshot(rank_buffers[r].items()))
+                        inputs, target = batch(r, step, mb, f, len(members))
+                        seed_forward(r, step, mb, f)
+                        if mb < 0:  # the eval forward
+                            model.eval()
+                            with torch.no_grad():
+                                model(*inputs)
+                            model.train()
+                        else:
+                            with forward_context():
+                                out = model(*inputs)
+                            loss = loss + SPEC.loss(out, target)
+                        rank_buffers[r] = snapshot(model.named_buffers())
+                    if mb < 0:
+                        continue
                     model.zero_grad(set_to_none=True)
-                    inputs, target = batch(r, step, mb, len(members))
-                    SPEC.loss(model(*inputs), target).backward()
-                    rank_buffers[r] = snapshot(model.named_buffers())
+                    loss.backward()
                     for name, p in params.items():
                         if p.grad is not None:
                             made.add(name)
                             g = p.grad.detach().to_dense().clone()
                             local[r][name] = g if name not in local[r] else local[r][name] + g
-                produced.append(made)
+                if mb >= 0:
+                    produced.append(made)
             # zero_grad at the start of the step, as every rank does
             previous = {n: None if SET_TO_NONE or g is None else torch.zeros_like(g)
                         for n, g in previous.items()}
             grads, scales = {}, {}
+            stale_used_map = len(active) < len(members) and \\
+                bool(DDP_OPTIONS.get("find_unused_parameters"))
+            zero_or_none = set()
             for name, p in params.items():
                 contributions = [local[r].get(name) for r in active]
                 if all(c is None for c in contributions):  # unused everywhere: kept
                     grads[name] = previous[name]
+                    if stale_used_map and previous[name] is None and p.requires_grad:
+                        zero_or_none.add(name)
                     continue
                 parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
                 total = parts[0]
@@ -493,13 +761,23 @@ _BODY = textwrap.dedent('''
                 p.grad = None if g is None else g.clone()
             opt.step()
             result.steps.append(Step(active, grads, scales, snapshot(params.items()),
-                                     {r: dict(rank_buffers[r]) for r in active}, at_forward, produced))
+                                     {r: dict(rank_buffers[r]) for r in active}, at_forward, produced,
+                                     zero_or_none))
             previous = grads
         # Join's exit syncs the final model from the highest-ranked last joiner.
         most = max(STEPS_FOR[r] for r in members)
         result.last_joiner = max(r for r in members if STEPS_FOR[r] == most)
         result.final_buffers = dict(rank_buffers[result.last_joiner])
         return result
+
+
+    def load_buffers(model, buffers):
+        """Write ``buffers`` into the model's as DDP's broadcast does: into their storage,
+        without bumping their autograd version (.data), so that a graph that saved a buffer
+        survives a broadcast between two forwards of one backward."""
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.data.copy_(buffers[name])
 
 
     # --- the checks: the first violation raises with one evidence line -----------------
@@ -539,6 +817,13 @@ _BODY = textwrap.dedent('''
             compare(rank, when, name, what, got[name], want[name], **how)
 
 
+    def forward_name(mb, f):
+        """A forward of the step's PLAN, in words."""
+        if mb < 0:
+            return "the eval forward (no_grad, eval())"
+        return f"microbatch {mb}'s forward" + (f" {f}" if FORWARDS > 1 else "")
+
+
     def check_init(rank, module, want):
         """DDP's init sync: the group's rank 0's parameters, its buffers where broadcast."""
         compare_all(rank, "after wrapping", "parameter (DDP's init sync broadcasts its group's "
@@ -556,10 +841,12 @@ _BODY = textwrap.dedent('''
         if len(at_forward) != len(expected.at_forward[rank]):
             raise AssertionError(f"rank {rank}, step {step}: {len(at_forward)} forwards seen, "
                                  f"{len(expected.at_forward[rank])} expected")
-        for mb, (seen, buffers) in enumerate(zip(at_forward, expected.at_forward[rank])):
-            compare_all(rank, step, f"buffer at the start of microbatch {mb}'s forward", seen,
-                        buffers)
+        for (mb, f), seen, buffers in zip(PLAN[step], at_forward, expected.at_forward[rank]):
+            compare_all(rank, step, f"buffer at the start of {forward_name(mb, f)}", seen, buffers)
         for name, g in expected.grads.items():
+            if g is None and grads[name] is not None and name in expected.zero_or_none \\
+                    and not torch.count_nonzero(grads[name]):
+                continue  # zeros where None is expected: torch's stale used map under Join
             if (grads[name] is None) != (g is None):
                 raise AssertionError(f"rank {rank}, step {step}, {name!r}: gradient is "
                                      f"{'None' if grads[name] is None else 'a tensor'}, the "
@@ -683,15 +970,16 @@ _BODY = textwrap.dedent('''
                     raise AssertionError(f"rank {rank}, step {step}, {name!r}: parameter after "
                                          f"the step differs from rank {first}'s (replicas must "
                                          "stay bitwise equal)")
-            for mb in range(MICROBATCHES):
-                if not (BROADCAST_BUFFERS and BUFFERS_BROADCAST[(step, mb)]):
+            for i, (mb, f) in enumerate(PLAN[step]):
+                if not (BROADCAST_BUFFERS and BROADCASTS[step][i]):
                     continue
+                ran_it = ran and i < len(record.at_forward[step])
                 for name, like in record.final_buffers.items():
-                    mine = record.at_forward[step][mb][name] if ran else like
+                    mine = record.at_forward[step][i][name] if ran_it else like
                     theirs = from_rank(first, mine, like)
-                    if ran and not torch.equal(mine, theirs):
+                    if ran_it and not torch.equal(mine, theirs):
                         raise AssertionError(f"rank {rank}, step {step}, {name!r}: buffer at the "
-                                             f"start of microbatch {mb}'s forward differs from rank "
+                                             f"start of {forward_name(mb, f)} differs from rank "
                                              f"{first}'s (DDP broadcast it)")
         lowest = min(members)
         for name, mine in record.final_params.items():

@@ -9,14 +9,25 @@ import subprocess
 import symtable
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
+import torch
 
+from ddp_conformance.catalog import procedure
 from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.catalog.procedure import broadcasts, forward_plan
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import UsageError
-from ddp_conformance.repro import model_source, parse_case, write_file, write_script
+from ddp_conformance.judge.oracle import run_oracle
+from ddp_conformance.repro import (
+    _defined_twice,
+    model_source,
+    parse_case,
+    write_file,
+    write_script,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds one torchrun of a reproducer may take (a hang fails the test, never blocks it).
@@ -95,10 +106,147 @@ def _fails_then_passes(script: Path, evidence: str, ranks: int = 2) -> None:
     ("tests.mutants.hooks:SecondCommHookAccepted", "errors/comm-hook-registered-twice",
      "finished its 3 steps without raising; expected an error matching "
      "'can only be called once'"),
+    # The real-world models and the newer procedures (tests/mutants/modern.py), each on the
+    # catalog scenario that catches it in the harness. A channels_last ResNet (real_models.py,
+    # its BatchNorm buffers broadcast): gradients come back permuted.
+    ("tests.mutants.modern:MixesLayoutConventions", "real/resnet-channels-last",
+     "step 0, 'stem.0.weight': gradient: max abs error"),
+    # An eval forward under no_grad between steps: DDP broadcasts buffers before it.
+    ("tests.mutants.modern:SkipsBroadcastInNoGradForward", "procedures/eval-between-steps",
+     "rank 1, step 1, 'bn.running_mean': buffer at the start of the eval forward"),
+    # GPT-style with dropout: every rank draws its own masks (the per-forward seeds).
+    ("tests.mutants.modern:SameDropoutOnEveryRank", "real/gpt",
+     "step 0, 'wte.weight': gradient: max abs error"),
+    # Uneven per-rank batches: DDP averages the per-rank means.
+    ("tests.mutants.modern:WeightsRanksBySamples", "procedures/uneven-batches",
+     "step 0, '0.weight': gradient: max abs error"),
+    # Two forwards per backward: the second forward of a synced microbatch starts from rank
+    # 0's buffers again (DDP broadcasts after the first).
+    ("tests.mutants.sync:NeverBroadcastsBuffers", "procedures/forward-twice-buffers",
+     "rank 1, step 0, 'bn.running_mean': buffer at the start of microbatch 0's forward 1"),
 ])
 def test_the_reproducer_fails_with_the_mutant_and_passes_with_torch(
         mutant: str, case: str, evidence: str, tmp_path: Path) -> None:
     _fails_then_passes(_script(case, mutant, tmp_path), evidence)
+
+
+#: A ``composed`` scenario as the fuzz generator draws it (catalog/strategies.py: the
+#: blocks in model_kwargs), with every newer procedure at once: uneven batches, two forwards
+#: per backward, an eval forward between steps, autocast bfloat16, accumulation in no_sync;
+#: BatchNorm buffers, a channels_last convolution, a tied weight, a float64 layer.
+COMPOSED = ("Scenario('fuzz/composed-procedures', 'composed', model_kwargs={'blocks': "
+            "('conv_channels_last', 'batchnorm', 'tied', 'float64')}, steps=3, batch_size=2, "
+            "batch_size_step=1, microbatches=2, forwards=2, eval_between_steps=True, "
+            "autocast='bfloat16', accumulate='no_sync', optimizer='adam', seed=5)")
+#: The other blocks of composed.py, with a sync strategy.
+COMPOSED_REST = ("Scenario('fuzz/composed-rest', 'composed', model_kwargs={'blocks': "
+                 "('linear', 'layernorm', 'conv', 'twice', 'frozen', 'transposed', 'float16', "
+                 "'bfloat16')}, steps=2, batch_size=3, microbatches=2, forwards=2, "
+                 "sync_strategy='single_auto_sync', optimizer='sgd_momentum', seed=11)")
+
+
+@pytest.mark.parametrize("case", [
+    COMPOSED,
+    "procedures/autocast-bf16-gpt",  # autocast around a GPT with dropout
+    "real/freeze-mid-run",           # before_step: requires_grad changes at steps 2 and 3
+], ids=lambda case: parse_case(case).id)
+def test_the_newer_models_and_procedures_pass_with_torch(case: str, tmp_path: Path) -> None:
+    """Beside the mutants' cases above (which pass with torch too: gpt's dropout, an eval
+    forward, uneven batches, two forwards, channels_last), the composed model with every
+    newer procedure, autocast on a GPT, a model changed between steps."""
+    run = _torchrun(_script(case, "torch", tmp_path), "--ddp", "torch")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "PASS: torch matches the single-process result" in run.stdout
+
+
+def _script_module(scenario: Scenario, world_size: int = 2) -> types.ModuleType:
+    """The reproducer, imported (``main`` does not run): its single-process function."""
+    module = types.ModuleType("repro_script")
+    sys.modules[module.__name__] = module  # for its dataclasses
+    try:
+        exec(compile(write_script(scenario, "torch", world_size), "<repro>", "exec"),
+             module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    return module
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return torch.equal(a.to_dense(), b.to_dense())
+
+
+#: Under Join with find_unused_parameters, an expert no active rank used after rank 1 joined
+#: (tests/test_oracle.py): None expected, zeros accepted (torch's stale used map).
+MOE_JOIN = ("Scenario('t/moe-join', 'moe', steps=2, batch_size=1, seed=244, ddp_options="
+            "{'find_unused_parameters': True}, join=JoinSpec(fewer_steps_per_rank=1, "
+            "divide_by_initial_world_size=False))")
+#: The catalog's scenarios of the real-world models and the newer procedures (an expected
+#: error compares nothing), the two composed ones, and the Join case above.
+NEWER = [s for s in load_catalog() if s.id.split("/")[0] in ("real", "procedures")
+         and s.expect_error is None] + [parse_case(c) for c in (COMPOSED, COMPOSED_REST, MOE_JOIN)]
+
+
+@pytest.mark.parametrize("scenario", NEWER, ids=lambda s: s.id)
+def test_the_script_s_single_process_result_is_the_harness_s_oracle(scenario: Scenario) -> None:
+    """The script's single-process result, computed in this process, equals the harness's
+    oracle (judge/oracle.py) bitwise: gradients, their scales, parameters, buffers after
+    each step and at every forward of the plan (eval forward, two forwards, broadcasts),
+    the gradients each microbatch produced. The same thread count as the ranks (1)."""
+    module = _script_module(scenario)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        got = module.single_process([0, 1])
+    finally:
+        torch.set_num_threads(threads)
+    want = run_oracle(scenario, 2, torch.device("cpu"), threads=1)
+    assert len(got.steps) == len(want.steps) == scenario.steps
+    assert got.last_joiner == want.last_joiner
+    for step, (mine, theirs) in enumerate(zip(got.steps, want.steps, strict=True)):
+        where = f"{scenario.id}, step {step}"
+        assert mine.active == theirs.active, where
+        assert set(mine.grads) == set(theirs.grads), where
+        for name, g in theirs.grads.items():
+            assert _same(mine.grads[name], g), f"{where}, {name}: gradient"
+        assert mine.scales == theirs.grad_scales, where
+        for name, p in theirs.params.items():
+            assert torch.equal(mine.params[name], p), f"{where}, {name}: parameter"
+        for rank in theirs.active:
+            for name, b in theirs.buffers[rank].items():
+                assert torch.equal(mine.buffers[rank][name], b), f"{where}, {name}: buffer"
+            forwards = theirs.buffers_at_forward[rank]
+            assert len(mine.at_forward[rank]) == len(forwards) == len(forward_plan(scenario, step))
+            for seen, expected in zip(mine.at_forward[rank], forwards, strict=True):
+                for name, b in expected.items():
+                    assert torch.equal(seen[name], b), f"{where}, rank {rank}, {name} at a forward"
+        assert [set(p) for p in mine.produced] == [set(p) for p in theirs.local_grads], where
+        assert mine.zero_or_none == set(theirs.zero_or_none), where
+    if scenario.id == "t/moe-join":  # the case is there
+        assert got.steps[1].zero_or_none
+
+
+def test_the_script_s_tables_are_the_harness_s() -> None:
+    """The forward plan, the broadcasts, the batch sizes and the seeds are written out from
+    the harness's own functions (catalog/procedure.py), not recomputed by the script."""
+    scenario = parse_case(COMPOSED)
+    module = _script_module(scenario)
+    for step in range(scenario.steps):
+        plan = forward_plan(scenario, step)
+        assert module.PLAN[step] == [(f.microbatch, f.index) for f in plan]
+        assert module.BROADCASTS[step] == broadcasts(scenario, step)
+        for rank in (0, 1):
+            for f in plan:
+                key = (rank, step, f.microbatch, f.index)
+                procedure.seed_forward(scenario, rank, step, f.microbatch, f.index)
+                assert module.FORWARD_SEEDS[key] == torch.initial_seed()
+                inputs, target = procedure.batch(scenario, rank, step, f.microbatch, 2,
+                                                 torch.device("cpu"), f.index)
+                mine, their_target = module.batch(rank, step, f.microbatch, f.index, 2)
+                assert torch.equal(mine[0], inputs[0]) and torch.equal(their_target, target)
+    assert module.BATCH_SIZES == {0: 2, 1: 3}
+    assert module.AUTOCAST == "bfloat16" and module.SPEC.name == "composed"
 
 
 def test_a_subgroup_reproducer_at_its_world_size(tmp_path: Path) -> None:
@@ -138,8 +286,15 @@ def test_every_catalog_scenario_is_written_or_refused_with_a_reason() -> None:
             assert words in refused[case], refused.get(case)
     for case in SAMPLE:
         assert case not in refused, refused[case]
+    # Only the world size refuses a catalog scenario now (real-world and composed models,
+    # the newer procedures: all written).
+    assert all("not 2 ranks (--world-size)" in why for why in refused.values()), refused
+    assert len(written) == len(load_catalog()) - len(refused)
+    for case in (COMPOSED, COMPOSED_REST):
+        written.append(write_script(parse_case(case), "torch", 2))
     for script in written:
         assert not _undefined_names(script), _undefined_names(script)
+        assert not re.search(r"^\s*(import|from)\s+(ddp_conformance|ddp_reference)", script, re.M)
 
 
 def _undefined_names(source: str) -> set[str]:
@@ -178,6 +333,34 @@ def test_model_source_takes_what_the_model_needs_only() -> None:
     compile(source, "<conv_bn>", "exec")
 
 
+def test_model_source_follows_names_into_the_module_that_registers_the_model() -> None:
+    """real_models.py and composed.py: their definitions, what they import from models.py
+    (ModelSpec, mse) copied before them, their other imports as imports; nothing of the
+    harness imported."""
+    gpt = model_source("gpt")
+    assert "class GPT(nn.Module)" in gpt and "class CausalSelfAttention" in gpt
+    assert "VOCAB, CONTEXT, WIDTH, HEADS = 32, 8, 16, 2" in gpt
+    assert "from torch.utils.checkpoint import checkpoint" in gpt and "import math" in gpt
+    assert gpt.index("class ModelSpec") < gpt.index("class GPT") < gpt.index("SPEC = ModelSpec(")
+    assert "class ResNet" not in gpt and "def build_mlp" not in gpt
+    composed = model_source("composed")
+    assert "BLOCKS = {" in composed and "class InDtype" in composed and "def mse(" in composed
+    assert "class GPT" not in composed
+    freeze = model_source("freeze_mid_run")
+    assert "def _freeze_schedule" in freeze and "before_step=_freeze_schedule" in freeze
+    for source in (gpt, composed, freeze):
+        assert "ddp_conformance" not in source
+        compile(source, "<model>", "exec")
+    with pytest.raises(UsageError, match="model 'nosuch' is not registered in models.py"):
+        model_source("nosuch")
+
+
+def test_a_name_defined_twice_is_found() -> None:
+    """The guard against a model's code replacing one of the script's own definitions."""
+    assert _defined_twice("def build(rank):\n    pass\n\nbuild = 1\nx, y = 1, 2\n") == ["build"]
+    assert _defined_twice(write_script(parse_case(COMPOSED), "torch", 2)) == []
+
+
 def test_the_comm_hook_is_the_harness_s_copied() -> None:
     script = write_script(parse_case("comm-hooks/powersgd-full-rank"), "torch", 2)
     assert "matrix_approximation_rank=16" in script and "start_powerSGD_iter=2" in script
@@ -193,6 +376,8 @@ def test_refusals_and_bad_cases_are_one_line_errors() -> None:
                                                "torch", 3)
     with pytest.raises(UsageError, match="uses a backend other than Gloo"):
         write_script(Scenario("a/b", "mlp", backends=("nccl",)), "torch", 2)
+    with pytest.raises(UsageError, match="uses a model registered outside the catalog's modules"):
+        write_script(Scenario("a/b", "nosuch"), "torch", 2)
     with pytest.raises(UsageError, match="the candidate must be module:attr"):
         write_script(Scenario("a/b", "mlp"), "reference", 2)
     with pytest.raises(UsageError, match="no scenario 'nosuch'"):
