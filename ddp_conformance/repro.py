@@ -92,6 +92,7 @@ from ddp_conformance.catalog.procedure import broadcasts, buffers_broadcast, for
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
+from ddp_conformance.judge.oracle import reduce_gradients
 from ddp_conformance.judge.tolerance import RTOL
 from ddp_conformance.judge.wire_dtypes import HOLDS
 
@@ -363,7 +364,9 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
     parts += ["", "# --- the comm hook, from ddp_conformance/catalog/procedure.py " + "-" * 20,
               comm_hook_source(hook) if hook else "comm_hook = None  # the scenario registers none",
               "", "# --- forced_sync's reduction, from reference/sync_strategy.py " + "-" * 20,
-              inspect.getsource(sync_strategy.forced_sync_gradients), ""]
+              inspect.getsource(sync_strategy.forced_sync_gradients), "",
+              "# --- the reduction of one step, from ddp_conformance/judge/oracle.py " + "-" * 13,
+              inspect.getsource(reduce_gradients), ""]
     script = "\n".join([*parts, _BODY])
     twice = _defined_twice(script)
     if twice:
@@ -735,24 +738,10 @@ _BODY = textwrap.dedent('''
             # zero_grad at the start of the step, as every rank does
             previous = {n: None if SET_TO_NONE or g is None else torch.zeros_like(g)
                         for n, g in previous.items()}
-            grads, scales = {}, {}
             stale_used_map = len(active) < len(members) and \\
                 bool(DDP_OPTIONS.get("find_unused_parameters"))
-            zero_or_none = set()
-            for name, p in params.items():
-                contributions = [local[r].get(name) for r in active]
-                if all(c is None for c in contributions):  # unused everywhere: kept
-                    grads[name] = previous[name]
-                    if stale_used_map and previous[name] is None and p.requires_grad:
-                        zero_or_none.add(name)
-                    continue
-                parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
-                total = parts[0]
-                for part in parts[1:]:  # in rank order, as DDP's reduction adds them
-                    total = total + part
-                magnitude = torch.stack([part.abs().double() for part in parts]).sum(0)
-                scales[name] = float(magnitude.max()) if magnitude.numel() else 0.0
-                grads[name] = total if previous[name] is None else previous[name] + total
+            grads, scales, zero_or_none = reduce_gradients(
+                params, [local[r] for r in active], divisor, previous, stale_used_map)
             for name, p in params.items():
                 g = grads[name]
                 owner = model.get_submodule(name.rpartition(".")[0])

@@ -193,26 +193,10 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
         previous = {n: None if scenario.zero_grad_set_to_none or g is None else torch.zeros_like(g)
                     for n, g in ((n, record.steps[-1].grads[n] if record.steps else None)
                                  for n in params)}
-        grads: dict[str, Tensor | None] = {}
-        scales: dict[str, float] = {}
         stale_used_map = len(active) < len(ranks) and \
             bool(scenario.ddp_options.get("find_unused_parameters"))
-        zero_or_none: set[str] = set()
-        for name, p in params.items():
-            contributions = [local[r].get(name) for r in active]
-            if all(c is None for c in contributions):
-                grads[name] = previous[name]
-                if stale_used_map and previous[name] is None and p.requires_grad:
-                    zero_or_none.add(name)
-                continue
-            parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
-            total = parts[0]
-            for part in parts[1:]:  # in rank order, as DDP's default reduction adds them
-                total = total + part
-            magnitude = torch.stack([part.abs().double() for part in parts]).sum(0)
-            scales[name] = float(magnitude.max()) if magnitude.numel() else 0.0
-            prev = previous[name]
-            grads[name] = total if prev is None else prev + total
+        grads, scales, zero_or_none = reduce_gradients(params, [local[r] for r in active],
+                                                       divisor, previous, stale_used_map)
         for name, p in params.items():
             expected = grads[name]
             if expected is not None and _sparse_parameter(model, name):
@@ -228,6 +212,40 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
     record.final_params = _clone(params)
     record.final_buffers = _clone(rank_buffers[record.last_joiner])
     return record
+
+
+def reduce_gradients(params: Mapping[str, Tensor], local: list[dict[str, Tensor]], divisor: int,
+                     previous: dict[str, Tensor | None], stale_used_map: bool,
+                     ) -> tuple[dict[str, Tensor | None], dict[str, float], set[str]]:
+    """One step's synced gradients from the active ranks' local ones (``local``, in rank
+    order): each divided by ``divisor`` and summed in rank order, as DDP's default
+    reduction adds them, on top of ``previous`` (the gradients left by ``zero_grad``); a
+    parameter no active rank made a gradient for keeps its previous one. Also, per
+    gradient, the magnitude the reduction's rounding is proportional to (max over elements
+    of sum_r |local_r| / divisor), and, with ``stale_used_map`` (see
+    ``OracleStep.zero_or_none``), the parameters that may get zeros instead of None.
+
+    Self-contained (torch only): ``ddp-conformance repro`` copies it into its scripts.
+    """
+    grads: dict[str, Tensor | None] = {}
+    scales: dict[str, float] = {}
+    zero_or_none: set[str] = set()
+    for name, p in params.items():
+        contributions = [rank_local.get(name) for rank_local in local]
+        if all(c is None for c in contributions):
+            grads[name] = previous[name]
+            if stale_used_map and previous[name] is None and p.requires_grad:
+                zero_or_none.add(name)
+            continue
+        parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
+        total = parts[0]
+        for part in parts[1:]:  # in rank order, as DDP's default reduction adds them
+            total = total + part
+        magnitude = torch.stack([part.abs().double() for part in parts]).sum(0)
+        scales[name] = float(magnitude.max()) if magnitude.numel() else 0.0
+        prev = previous[name]
+        grads[name] = total if prev is None else prev + total
+    return grads, scales, zero_or_none
 
 
 def _sparse_parameter(model: torch.nn.Module, name: str) -> bool:
