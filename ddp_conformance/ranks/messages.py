@@ -15,6 +15,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.ranks.communicator import CommState
 
 #: Exceptions a rank raises only because a peer failed first (Gloo reports the closed pair).
 RELEASED_MARKERS = ("Connection closed by peer", "Connection reset by peer",
@@ -35,6 +36,9 @@ class Job:
     args: tuple[Any, ...] = field(default_factory=tuple)
     #: Create the job's process groups through the tracing backend (see tracing.py).
     trace: bool = True
+    #: The communicator generation whose default-group backend the job may reuse ('' for
+    #: none: it creates its own; see :mod:`~ddp_conformance.ranks.communicator`).
+    communicator: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class Done:
 
     rank: int
     result: Any
+    #: The default group's state after the job (for a job that named a communicator).
+    communicator: CommState | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddp_conformance.ranks.communicator import CommState
 from ddp_conformance.ranks.desync import Desync
 from ddp_conformance.ranks.messages import Answer, Done
 
@@ -33,12 +34,17 @@ class Outcome:
     #: What the ranks' collective streams say: on ``timeout``, why they could never
     #: match again (who waits in what); on ``crash``/``raised``, where they differed.
     desync: Desync | None = None
+    #: Each rank's default group after the job, where it reported one (Done answers of a
+    #: job that named a communicator).
+    communicators: dict[int, CommState] = field(default_factory=dict)
 
     def record(self, answer: Answer) -> bool:
         """Keep one rank's answer; True when the rank itself failed (a traceback that is
         not only the echo of a peer's failure)."""
         if isinstance(answer, Done):
             self.results[answer.rank] = answer.result
+            if answer.communicator is not None:
+                self.communicators[answer.rank] = answer.communicator
             return False
         self.tracebacks[answer.rank] = answer.traceback
         if answer.released:

@@ -50,6 +50,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
 from ddp_conformance.errors import PoolError
+from ddp_conformance.ranks.communicator import Generations
 from ddp_conformance.ranks.desync import mismatch
 from ddp_conformance.ranks.flight import FlightLog
 from ddp_conformance.ranks.messages import (
@@ -116,7 +117,8 @@ class RankPool:
 
     def __init__(self, world_size: int, backend: str = "gloo", device: str = "cpu",
                  fresh: bool = False, startup_timeout_s: float = 120.0,
-                 threads_per_rank: int | None = None, spare: bool = True) -> None:
+                 threads_per_rank: int | None = None, spare: bool = True,
+                 reuse_communicators: bool = True) -> None:
         self.world_size = world_size
         self.backend = backend
         self.device = device
@@ -134,6 +136,8 @@ class RankPool:
         self._tmp: str | None = None
         self._store: Any = None
         self._jobs = 0
+        #: Which communicator generation traced jobs may reuse (ranks/communicator.py).
+        self.communicators = Generations(enabled=reuse_communicators)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -142,6 +146,7 @@ class RankPool:
         import torch.distributed as dist
 
         self.close()
+        self.communicators.renew()
         self._tmp = tempfile.mkdtemp(prefix="ddp-conformance-pool-")
         self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
                                     timeout=timedelta(seconds=300))
@@ -208,6 +213,7 @@ class RankPool:
         if not holes:
             return 0.0
         started = time.monotonic()
+        self.communicators.renew()  # a new process has no communicator to reuse
         for i in holes:
             old = self._active[i]
             if old is not None:
@@ -309,6 +315,7 @@ class RankPool:
     def _run(self, job: Job, timeout_s: float) -> Outcome:
         self._jobs += 1
         job.store_prefix = f"job{self._jobs}"
+        job.communicator = self.communicators.name() if job.trace else ""
         ranks: list[_Rank] = [r for r in self._active if r is not None]
         started = time.monotonic()
         deadline = started + timeout_s
@@ -392,6 +399,8 @@ class RankPool:
             out.status = "raised"
         elif pending:
             out.status = "timeout"
+        if job.communicator:
+            self.communicators.settle(out.status == "done", out.communicators, self.world_size)
         if watch is not None and out.status in ("crash", "raised"):
             watch.read()
             out.desync = mismatch(watch.flights())  # why it died or raised, if they say

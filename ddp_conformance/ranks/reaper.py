@@ -27,18 +27,22 @@ class GroupReaper:
     """A daemon thread that drops the groups handed to :meth:`retire`."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[list[Any]] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[Any], bool]] = queue.Queue()
         self._thread: threading.Thread | None = None
 
-    def retire(self, groups: list[Any]) -> None:
-        """Take ``groups`` (the caller keeps no reference) and destroy them in the background."""
+    def retire(self, groups: list[Any], shut_down: bool = False) -> None:
+        """Take ``groups`` (the caller keeps no reference; Nones are skipped) and destroy
+        them in the background; ``shut_down``: call their ``shutdown()`` first, as
+        ``destroy_process_group`` does (for a kept communicator, which no
+        ``destroy_process_group`` shut down: NCCL's aborts its communicator there)."""
+        groups = [g for g in groups if g is not None]
         if not groups:
             return
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="ddp-conformance-reaper",
                                             daemon=True)
             self._thread.start()
-        self._queue.put(groups)
+        self._queue.put((groups, shut_down))
 
     def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
         """Wait until every retired group is destroyed: True, or False after ``timeout_s``.
@@ -56,6 +60,16 @@ class GroupReaper:
 
     def _loop(self) -> None:
         while True:
-            groups = self._queue.get()
+            groups, shut_down = self._queue.get()
+            if shut_down:
+                _shut_down(groups)
             del groups  # the last reference: the destructors run here
             self._queue.task_done()
+
+
+def _shut_down(groups: list[Any]) -> None:
+    for group in groups:
+        try:
+            group.shutdown()
+        except Exception:  # noqa: BLE001 - it goes anyway, by its last reference
+            pass

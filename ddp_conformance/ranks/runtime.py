@@ -6,12 +6,15 @@ and only carry the answer back. Per job:
 
 1. **reset**: seeded RNGs, grad mode on, float32 default dtype;
 2. **groups**: a fresh default process group over the transport's store, under a
-   job-unique prefix, through the tracing backend when the job asks for it;
+   job-unique prefix, through the tracing backend when the job asks for it; its backend
+   (the communicator) is the previous job's when the parent names the same generation
+   (:mod:`~ddp_conformance.ranks.communicator`);
 3. **run**: call the job's function, or run the scenario with the candidate (resolved
    once per process);
 4. **collect, then destroy**: the job's objects are collected while its groups still
    live (a candidate object that still holds work on a group, replicate's reducer, must be
-   finalised while its peers can complete it), then the groups are destroyed, and kept
+   finalised while its peers can complete it), the default group's state is read (for
+   the parent's decision to keep the communicator), then the groups are destroyed, and kept
    referenced until the next job's cleanup (see :meth:`RankRuntime.cleanup`), which hands
    them to a background thread that lets them go
    (:class:`~ddp_conformance.ranks.reaper.GroupReaper`).
@@ -36,9 +39,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ddp_conformance.ranks.communicator import COMMUNICATORS, CommState
 from ddp_conformance.ranks.messages import Answer, Done, Job, Raised
 from ddp_conformance.ranks.reaper import GroupReaper
-from ddp_conformance.ranks.tracing import traced_backend
+from ddp_conformance.ranks.tracing import TracingProcessGroup, traced_backend
 
 
 def resolve_function(ref: str) -> Callable[..., Any]:
@@ -75,15 +79,17 @@ class RankRuntime:
         """
         self.reset(job.seed)
         try:
+            self._reaper.retire([COMMUNICATORS.arm(job.communicator, self.backend,
+                                                   job.collective_timeout_s)], shut_down=True)
             dist.init_process_group(
                 traced_backend(self.backend) if job.trace else self.backend,
                 store=dist.PrefixStore(job.store_prefix, self.store), rank=self.rank,
                 world_size=self.world_size, timeout=timedelta(seconds=job.collective_timeout_s))
             result = self.run(job)
-            self.cleanup()
+            state = self.cleanup()
         except BaseException:  # noqa: BLE001 - every failure is reported, none kills the rank
             return Raised(self.rank, traceback.format_exc())
-        return Done(self.rank, result)
+        return Done(self.rank, result, state if job.communicator else None)
 
     @staticmethod
     def reset(seed: int) -> None:
@@ -107,8 +113,9 @@ class RankRuntime:
         return run_scenario(job.scenario, candidate, self.rank, self.world_size, self.device,
                             dist.group.WORLD)
 
-    def cleanup(self) -> None:
-        """Collect the job's objects while its groups still live, then destroy the groups.
+    def cleanup(self) -> CommState | None:
+        """Collect the job's objects while its groups still live, then destroy the groups;
+        return the default group's state if it is a tracing group over a kept communicator.
 
         The destroyed groups are kept until the next job's cleanup. A future callback
         (PowerSGD's hook captures its group) is released by the Gloo thread that ran it,
@@ -121,9 +128,14 @@ class RankRuntime:
         gc.collect(1)
         self._reaper.retire(self._retired_groups)
         self._retired_groups = []
+        state = None
         if dist.is_initialized():
+            world = dist.group.WORLD
+            if isinstance(world, TracingProcessGroup) and world.pooled:
+                state = world.state()
             self._retired_groups = list(dist.distributed_c10d._world.pg_map)
             dist.destroy_process_group()
+        return state
 
     def cleaned_up(self) -> bool:
         """:meth:`cleanup`, for a caller that wants to know it finished: True."""
@@ -144,8 +156,9 @@ class RankRuntime:
         """
         self._reaper.drain()
         groups = list(dist.distributed_c10d._world.pg_map) if dist.is_initialized() else []
-        refs = [weakref.ref(g) for g in [*groups, *self._retired_groups]]
-        del groups
+        kept = COMMUNICATORS.drop()  # the parent starts a new generation after a failure
+        refs = [weakref.ref(g) for g in [*groups, *self._retired_groups, kept] if g is not None]
+        del groups, kept
         self._retired_groups = []
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -159,4 +172,5 @@ class RankRuntime:
         (a process that exits while a destructor runs on another thread aborts in C++).
         True when they went within the reaper's deadline; the groups still held go at exit,
         on the main thread, as they always did."""
+        self._reaper.retire([COMMUNICATORS.drop()], shut_down=True)
         return self._reaper.drain()

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from ddp_conformance.errors import PoolError, UsageError
+from ddp_conformance.ranks.communicator import Generations
 from ddp_conformance.ranks.messages import Answer, Job, Raised
 from ddp_conformance.ranks.outcome import Outcome, describe_outcome
 from ddp_conformance.ranks.placement import pin_device
@@ -157,6 +158,8 @@ class TorchrunPool:
         self.in_process = True  # rank 0's jobs run in this process
         self._jobs = 0
         self._stuck: str | None = None
+        #: Which communicator generation traced jobs may reuse (ranks/communicator.py).
+        self.communicators = Generations()
 
     def start(self) -> None:
         """The ranks are torchrun's: nothing to start."""
@@ -168,6 +171,7 @@ class TorchrunPool:
         self._jobs += 1
         number = self._jobs
         job.store_prefix = f"job{number}"
+        job.communicator = self.communicators.name() if job.trace else ""
         store, key = self.member.store, self.member.key
         started = time.monotonic()
         message = pickle.dumps((job, timeout_s), protocol=pickle.HIGHEST_PROTOCOL)
@@ -198,6 +202,8 @@ class TorchrunPool:
             self._stuck = f"job {number} ({job.candidate or job.function})"
         elif out.tracebacks:
             out.status = "raised"
+        if job.communicator:
+            self.communicators.settle(out.status == "done", out.communicators, self.world_size)
         return out
 
     def call(self, function: str, *args: Any, timeout_s: float = 120.0) -> list[Any]:

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as C10dBackend
 
 from ddp_conformance.contract.backend import capability
+from ddp_conformance.ranks.communicator import COMMUNICATORS, CommState
 from ddp_conformance.ranks.flight import FlightRecorder
 
 #: Stages the engine marks; collectives in ``record`` come from the harness reading state;
@@ -187,6 +188,8 @@ def _traced(name: str) -> Callable[..., Any]:
         # coalesced ones): those take the generic c10d path of a plain group over it.
         target = self.inner if hasattr(self.inner, name) else self.plain
         work = getattr(target, name)(*args, **kwargs)
+        if self.pooled and work is not None:
+            self.in_flight.append(work)
         if tracer.completions:
             tracer.watch(entry, work)
         if tracer.flight is not None and self.group_key:
@@ -197,6 +200,10 @@ def _traced(name: str) -> Callable[..., Any]:
     call.__name__ = name
     return call
 
+
+#: How long :meth:`TracingProcessGroup.state` waits for matched work to complete (an
+#: unmatched collective never does; the parent then starts a new communicator).
+STATE_SETTLE_S = 0.1
 
 _BT = dist.ProcessGroup.BackendType
 _BUILTIN_TYPES = {"gloo": _BT.GLOO, "nccl": _BT.NCCL}
@@ -233,6 +240,11 @@ class TracingProcessGroup(dist.ProcessGroup):
         self.group_key = group_key
         #: How many collectives this rank issued on the group so far.
         self.seq = 0
+        #: ``inner`` outlives this group (a kept communicator, see
+        #: :mod:`~ddp_conformance.ranks.communicator`): the group neither shuts it down
+        #: nor lets it go, and it tracks the work it launched there (:meth:`state`).
+        self.pooled = False
+        self.in_flight: list[Any] = []
         if group_key and self.tracer.flight is not None:
             self.tracer.flight.group(group_key, tuple(ranks))
         if isinstance(inner, dist.ProcessGroup):
@@ -261,6 +273,24 @@ class TracingProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return self.backend_name  # the registered name: torch looks the backend up by it
+
+    def shutdown(self) -> None:
+        """What ``destroy_process_group`` calls: shuts the backend down (NCCL aborts its
+        communicator), unless it is a kept one that the next job reuses."""
+        if not self.pooled:
+            super().shutdown()
+
+    def state(self, settle_s: float = STATE_SETTLE_S) -> CommState:
+        """Collectives issued on this group so far, and whether every one completed, after
+        waiting up to ``settle_s`` for those still in flight. (Gloo completes a work's
+        future, which releases its waiter, a moment before it marks the work completed:
+        the last allreduce of a step is often still "in flight" for some microseconds.)"""
+        deadline = time.monotonic() + settle_s
+        while True:
+            self.in_flight = [w for w in self.in_flight if not w.is_completed()]
+            if not self.in_flight or time.monotonic() >= deadline:
+                return CommState(self.seq, not self.in_flight)
+            time.sleep(0.0002)
 
 
 for _name in _MEASURE:
@@ -294,10 +324,16 @@ def traced_backend(backend: str) -> str:
     def create(opts: Any, backend_options: Any) -> dist.ProcessGroup:
         # The extended creator: it is told the group's id and global ranks (an empty list
         # for the default group), which name the group alike on every rank.
-        inner = create_inner(backend, opts, backend_options)
+        def fresh() -> Any:
+            return create_inner(backend, opts, backend_options)
+
+        default = not opts.global_ranks_in_group
+        inner = COMMUNICATORS.default_backend(fresh) if default else fresh()
         ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
-        return TracingProcessGroup(inner, name, group_key=str(opts.group_id), ranks=ranks,
-                                   real=backend)
+        group = TracingProcessGroup(inner, name, group_key=str(opts.group_id), ranks=ranks,
+                                    real=backend)
+        group.pooled = default and COMMUNICATORS.keeps(inner)
+        return group
 
     devices = [device for device, _ in device_backends(backend)]
     dist.Backend.register_backend(name, create, extended_api=True, devices=devices)
