@@ -69,3 +69,17 @@ def test_pool_and_torchrun_place_by_the_same_rule() -> None:
     assert "pin_device(" in inspect.getsource(worker.serve)
     assert "pin_device(" in inspect.getsource(torchrun._device)
     assert placement.pin_device is pin_device
+
+
+def test_both_transports_pay_cuda_start_up_after_pinning_and_before_any_job() -> None:
+    """The pool's worker and torchrun's member each pin the device, then warm it up (CUDA
+    context, a kernel), before they take a job: no case's deadline pays CUDA start-up."""
+    import inspect
+
+    from ddp_conformance.ranks import torchrun, worker
+
+    for source in (inspect.getsource(worker.serve), inspect.getsource(torchrun._Member)):
+        pin = max(source.find("pin_device("), source.find("= _device("))  # torchrun's wraps it
+        warm = source.find("warm_up(")
+        assert 0 <= pin < warm, source
+        assert "Ready(" not in source or warm < source.find("Ready(")

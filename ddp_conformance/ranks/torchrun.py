@@ -44,6 +44,7 @@ from ddp_conformance.ranks.messages import Answer, Job, Raised
 from ddp_conformance.ranks.outcome import Outcome, describe_outcome
 from ddp_conformance.ranks.placement import pin_device
 from ddp_conformance.ranks.runtime import RankRuntime
+from ddp_conformance.ranks.warmup import warm_up
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 PREFIX = "ddp-conformance"
@@ -109,6 +110,7 @@ class _Member:
                                            timeout=timedelta(seconds=FOLLOWER_IDLE_S)))
         self.store = dist.PrefixStore(PREFIX, store)
         self.runtime = RankRuntime(self.rank, self.world_size, backend, self.device, self.store)
+        warm_up(self.device)  # CUDA start-up and lazy imports, before the first job's deadline
 
     def key(self, *parts: object) -> str:
         return "/".join(str(p) for p in parts)
