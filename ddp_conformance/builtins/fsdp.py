@@ -11,6 +11,18 @@ shards every parameter as a ``DTensor``; gradient accumulation without communica
 ``set_requires_gradient_sync(False)``; full tensors come from ``DTensor.full_tensor()``.
 ``fully_shard`` has no init sync: each rank keeps its shard of its *own* initial weights.
 
+Gloo with CUDA tensors (``--device cuda``): FSDP2's own collectives take Gloo paths that
+stage CUDA tensors through pinned host memory (all-gather, reduce-scatter as all-reduce),
+but ``DTensor.full_tensor()`` does not: its functional all-gather is
+``allgather_into_tensor_coalesced`` (``all_gather_single_coalesced`` in torch 2.13's names),
+which ProcessGroupGloo implements for CPU tensors only and runs on CUDA pointers as if they
+were host memory: SIGSEGV on the Gloo worker thread, at the first read of the parameters
+after wrapping (pytorch/pytorch#152645, open; #132471 is the same crash reached through
+``fully_shard``; ``tests/standalone/fsdp2_gloo_cuda.py`` reproduces it without the harness).
+So on Gloo with CUDA the adapter reads full tensors through the CPU: each rank's local
+shard is copied to the host, gathered as a DTensor on a CPU mesh over the same group (the
+path every CPU run takes), and copied back to the rank's device. CPU runs are unchanged.
+
 Neither has DDP's constructor options: they handle parameters without gradients natively
 (``find_unused_parameters`` either way is accepted as "native"), never broadcast buffers
 (only ``broadcast_buffers=False`` is honoured), and have no Join. Comm hooks exist with a
@@ -23,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from ddp_conformance.builtins._common import OptionPolicy, expectations_file, honoured, static_capabilities
@@ -73,6 +86,10 @@ class FSDP2Adapter(WrappedModuleAdapter):
         mesh = DeviceMesh.from_group(process_group, device.type)
         self.module = self.wrapped = cast(nn.Module, fully_shard(module, mesh=mesh))
         self.capabilities = honoured(POLICY, ddp_options, *FEATURES)
+        #: Where full tensors are gathered when the group cannot gather them on ``device``
+        #: (Gloo with CUDA tensors, see the module docstring); None: ``full_tensor()`` as is.
+        self._host_mesh = (DeviceMesh.from_group(process_group, "cpu")
+                           if gloo_serves_cuda(process_group, device) else None)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -83,16 +100,40 @@ class FSDP2Adapter(WrappedModuleAdapter):
             self.wrapped.set_requires_gradient_sync(True)  # type: ignore[operator]
 
     def gradients(self) -> dict[str, Tensor | None]:
-        return {n: None if p.grad is None else _full_tensor(p.grad)
+        return {n: None if p.grad is None else _full_tensor(p.grad, self._host_mesh)
                 for n, p in self.module.named_parameters()}
 
     def parameters(self) -> dict[str, Tensor]:
-        return {n: _full_tensor(p) for n, p in self.module.named_parameters()}
+        return {n: _full_tensor(p, self._host_mesh) for n, p in self.module.named_parameters()}
 
 
-def _full_tensor(t: Tensor) -> Tensor:
-    full = t.full_tensor() if hasattr(t, "full_tensor") else t
-    return full.detach().clone()
+def gloo_serves_cuda(process_group: Any, device: torch.device) -> bool:
+    """Whether ``device`` is a GPU whose tensors ``process_group`` hands to Gloo."""
+    if device.type != "cuda":
+        return False
+    try:
+        backend = process_group._get_backend(device)
+    except (RuntimeError, AttributeError, ValueError):
+        return False
+    gloo = getattr(dist, "ProcessGroupGloo", None)
+    return (gloo is not None and isinstance(backend, gloo)) or (
+        getattr(backend, "name", lambda: "")() == "gloo")
+
+
+def _full_tensor(t: Tensor, host_mesh: Any = None) -> Tensor:
+    """A dense copy of the whole of ``t`` (a DTensor is gathered from every rank: a
+    collective). With ``host_mesh``, gathered on the CPU and copied back to ``t``'s device."""
+    if not hasattr(t, "full_tensor"):
+        return t.detach().clone()
+    if host_mesh is None:
+        return cast(Tensor, t.full_tensor()).detach().clone()
+    from torch.distributed.tensor import DTensor
+
+    dt = cast(DTensor, t)
+    local = dt.to_local().detach().cpu()
+    on_host = DTensor.from_local(local, host_mesh, dt.placements, run_check=False,
+                                 shape=dt.shape, stride=dt.stride())
+    return on_host.full_tensor().detach().to(dt.device, copy=True)
 
 
 def _fsdp1(name: str, strategy: str, description: str) -> Candidate:
