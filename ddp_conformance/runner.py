@@ -88,8 +88,10 @@ class Runner:
             self.comparison = Runner(dataclasses.replace(
                 config, backend=compare, device=self.device_kind, collectives="off",
                 compare_backend="none", expectations=None))
+        preload = [*config.candidates, *(["reference"] if config.compare_with_reference else [])]
         self.pool: Pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
-                                           fresh=config.pool == "fresh", spare=config.spare)
+                                           fresh=config.pool == "fresh", spare=config.spare,
+                                           preload=list(dict.fromkeys(preload)))
         #: What the backend declined in this run's collective checks (its words).
         self.declined: dict[BackendFeature, str] = {}
         #: The last scenario's records on this runner (None: it produced none).

@@ -143,3 +143,4 @@ def test_reuse_can_be_turned_off() -> None:
         jobs = [results(call(pool, "world_backend", 0.0)) for _ in range(2)]
         assert not any(r[1] for job in jobs for r in job)
         assert [r[0] for r in jobs[1]] == [2, 2]
+

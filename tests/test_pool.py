@@ -255,3 +255,17 @@ def test_fresh_mode_starts_new_processes_for_every_job() -> None:
         b = pool.call(f"{__name__}:state_after_previous")
         assert pool.spawned == 4
         assert {s[2] for s in a}.isdisjoint({s[2] for s in b})
+
+
+def imported(rank: int, world_size: int, module: str) -> bool:
+    import sys
+
+    return module in sys.modules
+
+
+def test_ranks_resolve_the_runs_candidates_before_they_say_ready() -> None:
+    """A framework's import (seconds for Lightning) is paid at start, not in a case."""
+    with RankPool(2, spare=False, preload=["tests.newcomers:NewcomerDDP", "no.such:thing"]) as pool:
+        assert pool.call(f"{__name__}:imported", "tests.newcomers") == [True, True]
+    with RankPool(2, spare=False) as pool:
+        assert pool.call(f"{__name__}:imported", "tests.newcomers") == [False, False]

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
@@ -118,7 +119,7 @@ class RankPool:
     def __init__(self, world_size: int, backend: str = "gloo", device: str = "cpu",
                  fresh: bool = False, startup_timeout_s: float = 120.0,
                  threads_per_rank: int | None = None, spare: bool = True,
-                 reuse_communicators: bool = True) -> None:
+                 reuse_communicators: bool = True, preload: Sequence[str] = ()) -> None:
         self.world_size = world_size
         self.backend = backend
         self.device = device
@@ -127,6 +128,9 @@ class RankPool:
         self.startup_timeout_s = startup_timeout_s
         self.threads = threads_per_rank or max(1, (os.cpu_count() or 1) // max(1, world_size))
         self.in_process = False  # every rank is a process of its own
+        #: Candidates each rank resolves (imports) before it says Ready: spares and
+        #: replacements then pay a framework's import outside any case.
+        self.preload = tuple(preload)
         #: Rank processes started (spares included), and replacements taken from a spare.
         self.spawned = 0
         self.handovers = 0
@@ -173,7 +177,8 @@ class RankPool:
                "--store-port", str(self._store.port), "--backend", self.backend,
                "--device", self.device, "--stack-file", stack_path,
                "--flight-file", flight_path,
-               "--threads", str(self.threads), "--parent-pid", str(os.getpid())]
+               "--threads", str(self.threads), "--parent-pid", str(os.getpid()),
+               *(["--preload", ",".join(self.preload)] if self.preload else [])]
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 cmd, env=self._worker_env(), stdin=subprocess.DEVNULL, stdout=log,

@@ -98,6 +98,18 @@ class RankRuntime:
         torch.set_grad_enabled(True)
         torch.set_default_dtype(torch.float32)
 
+    def preload(self, specs: list[str]) -> None:
+        """Resolve ``specs`` now, before any job (importing a framework takes seconds:
+        ``pytorch_lightning`` 2.5-3.3 s here), so that no case's deadline pays it. A
+        candidate that fails to resolve is left to fail in its job, with its traceback."""
+        from ddp_conformance.contract.registry import resolve_candidate
+
+        for spec in specs:
+            try:
+                self.candidates[spec] = resolve_candidate(spec)
+            except Exception:  # noqa: BLE001 - reported by the job that needs it
+                pass
+
     def run(self, job: Job) -> Any:
         """What a rank does for one job, in the default group already initialised: call the
         function, or run the scenario with the candidate (resolved once per process)."""

@@ -39,6 +39,7 @@ def serve(args: argparse.Namespace) -> None:
     device = pin_device(args.device, args.rank)  # the pool's ranks share one machine
     runtime = RankRuntime(args.rank, args.world_size, args.backend, device, store)
     warm_up(device)
+    runtime.preload(args.preload.split(",") if args.preload else [])
     # Everything imported so far lives as long as the process: keep it out of the
     # collector's scans, so that the collection after each job costs microseconds.
     gc.collect()
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flight-file", default="")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--parent-pid", type=int, default=0)
+    parser.add_argument("--preload", default="", help="candidate specs, comma-separated")
     args = parser.parse_args(argv)
     if args.parent_pid:
         die_with_parent(args.parent_pid)
