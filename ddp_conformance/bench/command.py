@@ -19,8 +19,9 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("--backend", default="gloo", metavar="NAME",
                        help="process-group backend: gloo (default) or nccl")
     bench.add_argument("--device", default="cpu", metavar="DEV",
-                       help="cpu (default) or cuda (nccl implies cuda); on CUDA every timed "
-                            "interval ends with a device synchronisation")
+                       help="cpu (default) or cuda (nccl implies cuda); on CUDA the phases are "
+                            "timed with CUDA events (one device synchronisation per step) and the "
+                            "overlap is measured on the GPU timeline too (profiler kernels)")
     bench.add_argument("--model", action="append", metavar="NAME",
                        help="mlp10m, many-small, convnet (default: all three for timing and "
                             "breakdown, mlp10m for the sweeps)")

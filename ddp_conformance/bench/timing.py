@@ -11,6 +11,10 @@ gradients is timed, in the same run, as the bandwidth baseline. Then a few probe
 per candidate record when every collective was launched and completed, and when
 backward's last gradient-accumulation hook fired (overlap, communication busy time).
 
+On CUDA (:mod:`~ddp_conformance.bench.gpu_timeline`) the phases are CUDA events with one
+synchronisation at the end of the step, and a few more probe steps run backward under the
+profiler for the overlap of communication kernels with compute kernels on the device.
+
 Only rank 0's clock is reported: ranks are held in step by the collectives.
 """
 from __future__ import annotations
@@ -27,6 +31,7 @@ from torch import nn
 from ddp_conformance.contract.registry import resolve_candidate
 from ddp_conformance.ranks.tracing import Collective, Tracer, TracingProcessGroup
 
+from .gpu_timeline import PhaseTimer, capture_kernels, cuda_tracing_available, gpu_overlap
 from .models import MODELS, size_of
 from .stats import busy_time
 
@@ -59,6 +64,7 @@ class Runner:
         bench = MODELS[model_name]
         torch.manual_seed(0)
         self.device = device
+        self.timer = PhaseTimer(device)
         self.module = bench.factory().to(device)
         self.pg = pg
         self.x = bench.input(rank).to(device)
@@ -82,22 +88,28 @@ class Runner:
     def step(self, phases: dict[str, list[float]] | None = None, sync: bool = True,
              optimizer: bool = True, sync_context: Callable[[], AbstractContextManager[Any]] | None = None
              ) -> float:
-        t0 = now(self.device)
+        """One step; returns its host time to completion. ``phases`` gets forward (with
+        zero_grad), backward and optimizer: host clock on the CPU, CUDA events on CUDA
+        (:class:`~ddp_conformance.bench.gpu_timeline.PhaseTimer`: no synchronisation
+        between phases, one at the end)."""
+        timer = self.timer
+        t0 = timer.begin()
         if optimizer:
             self.optimizer.zero_grad(set_to_none=True)
         context = sync_context() if sync_context else (nullcontext() if sync else self._no_sync())
         with context:
             loss = self._forward(self.x).square().mean()
-            t1 = now(self.device)
+            timer.mark()
             loss.backward()
-        t2 = now(self.device)
+        timer.mark()
         if optimizer:
             self.optimizer.step()
-        t3 = now(self.device)
+        t3 = timer.end()
         if phases is not None:
-            phases["forward"].append(t1 - t0)
-            phases["backward"].append(t2 - t1)
-            phases["optimizer"].append(t3 - t2)
+            forward, backward, optimizer_s = timer.phases()
+            phases["forward"].append(forward)
+            phases["backward"].append(backward)
+            phases["optimizer"].append(optimizer_s)
         return t3 - t0
 
 
@@ -163,6 +175,30 @@ def probe(runner: Runner, steps: int) -> dict[str, Any]:
     return {k: [s[k] for s in per_step] for k in keys}
 
 
+def gpu_probe(runner: Runner, steps: int) -> dict[str, Any]:
+    """Overlap on the GPU timeline (CUDA only): ``steps`` more steps, each with backward
+    under the profiler (CPU and CUDA activity; forward's kernels finished before it starts,
+    backward's before it stops), and per step the figures of
+    :func:`~ddp_conformance.bench.gpu_timeline.gpu_overlap` over backward's kernels:
+    ``{figure: [per step]}``, plus ``kernels`` (all device kernels) per step. Gloo on CUDA
+    has no communication kernels (it copies to the host and reduces there): then
+    ``comm_kernels`` is 0. ``{"unavailable": reason}`` when kernels cannot be traced."""
+    if not cuda_tracing_available():
+        return {"unavailable": "the profiler cannot trace CUDA kernels here (no CUDA or no CUPTI)"}
+    per_step: list[dict[str, float]] = []
+    for _ in range(steps):
+        runner.optimizer.zero_grad(set_to_none=True)
+        loss = runner._forward(runner.x).square().mean()
+        torch.cuda.synchronize(runner.device)
+        with capture_kernels(runner.device) as capture:
+            loss.backward()
+        runner.optimizer.step()
+        per_step.append({"kernels": float(len(capture.spans)), **gpu_overlap(capture.spans).figures()})
+    runner.take()  # these steps' collectives are not the timed steps'
+    keys = per_step[0].keys() if per_step else []
+    return {k: [s[k] for s in per_step] for k in keys}
+
+
 def _overlap(events: list[Collective], t_bwd: float, t_last_hook: float, t_ret: float) -> dict[str, float]:
     done = [e for e in events if e.done is not None]
     return {
@@ -216,8 +252,10 @@ def bench_model(rank: int, world_size: int, cfg: dict[str, Any]) -> dict[str, An
         out[spec]["collectives"] = collectives_per_step(events[spec], steps * rounds)
         if isinstance(r.pg, TracingProcessGroup):
             out[spec]["probe"] = probe(r, cfg.get("probe_steps", 3))
+            if device.type == "cuda":
+                out[spec]["gpu_probe"] = gpu_probe(r, cfg.get("probe_steps", 3))
     if rank != 0:
         return None
     return {"model": name, "description": MODELS[name].description, "params": params,
             "tensors": tensors, "grad_bytes": grad_bytes, "candidates": out,
-            "raw_allreduce_s": raw}
+            "raw_allreduce_s": raw, "phase_clock": runners[specs[0]].timer.clock}

@@ -26,13 +26,21 @@ from .common import (
 from .markdown import git_line
 from .timing import (
     BREAKDOWN_HEADER,
+    CUDA_PHASES_NOTE,
+    GPU_HEADER,
+    GPU_INTRO,
     MODEL_HEADER,
     PAPER_NOTES,
     TIMING_HEADER,
     breakdown_rows,
     experiment_table,
+    gpu_notes,
+    gpu_notes_after,
+    gpu_table,
     model_info_rows,
     observed,
+    phase_clock,
+    setting,
     timing_table,
 )
 
@@ -181,7 +189,8 @@ def timing_html(bench: dict[str, Any]) -> str:
     if timing:
         info, cfg = timing.get("info", {}), timing.get("config", {})
         parts.append(
-            f"<p>{esc(info.get('world_size'))} ranks, Gloo on CPU, {esc(info.get('threads', 1))} intra-op "
+            f"<p>{esc(info.get('world_size'))} ranks, {esc(setting(info).replace('/', ' on '))}, "
+            f"{esc(info.get('threads', 1))} intra-op "
             f"thread(s) per rank, {esc(info.get('cpu_count'))} CPUs, torch {esc(info.get('torch'))}; "
             f"candidates interleaved, {esc(cfg.get('rounds'))} rounds x {esc(cfg.get('steps'))} timed "
             f"steps each after {esc(cfg.get('warmup'))} warm-up steps; commit "
@@ -193,6 +202,12 @@ def timing_html(bench: dict[str, Any]) -> str:
             "before backward's last gradient-accumulation hook fired.</p>")
         parts.append(table(MODEL_HEADER, model_info_rows(bench), numeric_from=2))
         parts.append(table(TIMING_HEADER, timing_table(bench), numeric_from=2))
+        parts += [f"<p>{esc(note)}</p>" for note in gpu_notes(bench)]
+        gpu_rows = gpu_table(bench)
+        if gpu_rows:
+            parts.append(f"<p>{esc(GPU_INTRO)}</p>")
+            parts.append(table(GPU_HEADER, gpu_rows, numeric_from=2))
+            parts += [f"<p>{esc(note)}</p>" for note in gpu_notes_after(bench)]
         parts.append(img(plots.step_times(bench), "step times"))
         parts.append(img(plots.bandwidth(bench), "bus bandwidth"))
     experiments = bench.get("experiments") or {}
@@ -208,6 +223,8 @@ def timing_html(bench: dict[str, Any]) -> str:
         parts.append(img(plots.experiment_plot(name, exp), name))
         if name.split(":")[0] == "breakdown":
             parts.append(table(BREAKDOWN_HEADER, breakdown_rows(exp), numeric_from=2))
+            if phase_clock(exp["data"]) == "cuda_events":
+                parts.append(f"<p>{esc(CUDA_PHASES_NOTE)}</p>")
         else:
             header, rows = experiment_table(name, exp)
             parts.append(table(header, rows, numeric_from=1))

@@ -55,8 +55,104 @@ def model_rows(model: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
             row["comm_busy_s"] = busy
             row["grad_busbw"] = _busbw(nbytes, busy, world_size)
             row["raw_busbw"] = _busbw(model["grad_bytes"], raw[0], world_size)
+        gpu = c.get("gpu_probe") or {}
+        if gpu.get("unavailable"):
+            row["gpu_unavailable"] = str(gpu["unavailable"])
+        elif gpu.get("kernels"):
+            row["gpu"] = gpu_figures(gpu)
         rows.append(row)
     return rows
+
+
+def gpu_figures(gpu: dict[str, list[float]]) -> dict[str, float]:
+    """A candidate's GPU-timeline probe (per step figures) in one set of numbers: medians
+    over the probe steps, and the overlapped share of all communication kernel time
+    (NaN without communication kernels)."""
+    med = {k: statistics.median(v) for k, v in gpu.items() if v}
+    busy = sum(gpu.get("comm_busy_s", []))
+    med["overlap_share"] = sum(gpu.get("comm_overlapped_s", [])) / busy if busy > 0 else float("nan")
+    return med
+
+
+def phase_clock(timing: dict[str, Any]) -> str:
+    """``cuda_events`` when the section's phases were timed with CUDA events, else ``host``
+    (bench.json from before the clock was recorded: host)."""
+    clocks = {m.get("phase_clock", "host") for m in timing.get("models", {}).values()}
+    return "cuda_events" if "cuda_events" in clocks else "host"
+
+
+def setting(info: dict[str, Any]) -> str:
+    """``Gloo/CPU``, ``NCCL/CUDA``, ...: the backend and device of a bench run."""
+    backend = str(info.get("backend") or "gloo")
+    device = str(info.get("device") or "cpu")
+    label = {"gloo": "Gloo", "nccl": "NCCL"}.get(backend, backend)
+    return f"{label}/{device.upper() if device in ('cpu', 'cuda') else device}"
+
+
+CUDA_PHASES_NOTE = ("Phases (fwd / bwd+comm / opt) are timed with CUDA events on the current stream, "
+                    "one device synchronisation at the end of each step and none between phases; the "
+                    "step time is host time to the step's completion.")
+
+
+def gpu_notes(bench: dict[str, Any]) -> list[str]:
+    """What a CUDA run's report says about its clocks and the GPU timeline ([] on CPU)."""
+    timing = bench.get("timing") or {}
+    if phase_clock(timing) != "cuda_events":
+        return []
+    return [CUDA_PHASES_NOTE]
+
+
+GPU_HEADER = ["model", "candidate", "kernels / comm kernels per step", "comm kernel busy ms",
+              "overlapped by compute ms", "share overlapped", "exposed comm ms",
+              "backward compute span ms", "host: launched / completed before backward end"]
+
+GPU_INTRO = ("Overlap on the GPU timeline: backward of a few more steps under torch.profiler (CUDA "
+             "kernels); communication kernels are NCCL's. Busy = union of their intervals (NCCL kernels "
+             "also spin while waiting for the peer); overlapped = the part of it during which a compute "
+             "kernel ran on any stream; exposed = busy - overlapped; share = overlapped / busy over all "
+             "probe steps; backward compute span = first to last compute kernel. Medians over the probe "
+             "steps; the last column is the host-side probe above, for comparison.")
+
+NO_COMM_KERNELS = ("A row with 0 communication kernels per step had none on the GPU timeline{why}: for it "
+                   "only the host-side overlap figures hold.")
+
+
+def gpu_notes_after(bench: dict[str, Any]) -> list[str]:
+    """The note under the GPU-timeline table when some candidate had no communication kernels."""
+    timing = bench.get("timing") or {}
+    ws = timing.get("info", {}).get("world_size", 2)
+    if not any("gpu" in r and not r["gpu"].get("comm_kernels")
+               for m in timing.get("models", {}).values() for r in model_rows(m, ws)):
+        return []
+    gloo = str(timing.get("info", {}).get("backend") or "gloo") == "gloo"
+    return [NO_COMM_KERNELS.format(why=" (Gloo copies CUDA tensors to the host and reduces them there)"
+                                   if gloo else "")]
+
+
+def gpu_table(bench: dict[str, Any]) -> list[list[str]]:
+    """Per model and candidate with a GPU-timeline probe: its overlap figures."""
+    timing = bench.get("timing") or {}
+    ws = timing.get("info", {}).get("world_size", 2)
+    out = []
+    for model in timing.get("models", {}).values():
+        for r in model_rows(model, ws):
+            host = (f"{r['overlap_launched']:.0%} / {r['overlap_completed']:.0%}"
+                    if "overlap_launched" in r else "-")
+            if "gpu_unavailable" in r:
+                out.append([r["model"], r["candidate"], r["gpu_unavailable"], *["-"] * 5, host])
+                continue
+            g = r.get("gpu")
+            if g is None:
+                continue
+            counts = f"{g.get('kernels', 0):.0f} / {g.get('comm_kernels', 0):.0f}"
+            if not g.get("comm_kernels"):
+                out.append([r["model"], r["candidate"], counts, *["-"] * 4,
+                            f"{g.get('compute_span_s', 0) * 1e3:.2f}", host])
+                continue
+            out.append([r["model"], r["candidate"], counts, f"{g['comm_busy_s'] * 1e3:.2f}",
+                        f"{g['comm_overlapped_s'] * 1e3:.2f}", f"{g['overlap_share']:.0%}",
+                        f"{g['comm_exposed_s'] * 1e3:.2f}", f"{g['compute_span_s'] * 1e3:.2f}", host])
+    return out
 
 
 TIMING_HEADER = ["model", "candidate", "step ms median [IQR]", "ratio to torch [IQR of rounds]",
@@ -194,13 +290,20 @@ def timing_markdown(bench: dict[str, Any]) -> list[str]:
     if timing:
         info = timing.get("info", {})
         cfg = timing.get("config", {})
-        lines += [f"{info.get('world_size')} ranks on Gloo/CPU, {info.get('threads', 1)} intra-op "
+        lines += [f"{info.get('world_size')} ranks on {setting(info)}, {info.get('threads', 1)} intra-op "
                   f"thread(s) each, {info.get('cpu_count')} CPUs; {cfg.get('rounds')} interleaved rounds "
                   f"x {cfg.get('steps')} steps per candidate after {cfg.get('warmup')} warm-up steps; "
                   f"commit {str(info.get('commit', '?'))[:12]}{' (dirty)' if info.get('dirty') else ''}.",
                   ""]
         lines += [tabulate(model_info_rows(bench), MODEL_HEADER, tablefmt="github"), ""]
         lines += [tabulate(timing_table(bench), TIMING_HEADER, tablefmt="github"), ""]
+        for note in gpu_notes(bench):
+            lines += [note, ""]
+        gpu_rows = gpu_table(bench)
+        if gpu_rows:
+            gpu_md = tabulate(gpu_rows, GPU_HEADER, tablefmt="github", disable_numparse=True)
+            lines += [GPU_INTRO, "", gpu_md, ""]
+            lines += [x for note in gpu_notes_after(bench) for x in (note, "")]
     for name, exp in (bench.get("experiments") or {}).items():
         lines += [f"### Experiment: {name}", ""]
         if name.split(":")[0] != "breakdown":
@@ -210,6 +313,8 @@ def timing_markdown(bench: dict[str, Any]) -> list[str]:
                       "", tabulate(rows, header, tablefmt="github"), ""]
         else:
             lines += [tabulate(breakdown_rows(exp), BREAKDOWN_HEADER, tablefmt="github"), ""]
+            if phase_clock(exp["data"]) == "cuda_events":
+                lines += [CUDA_PHASES_NOTE, ""]
         seen = observed(name, exp)
         if seen:
             lines += [f"Observed in this run: {seen}", ""]
