@@ -3,8 +3,14 @@
 FSDP1: ``FullyShardedDataParallel(module, process_group=..., sharding_strategy=...,
 use_orig_params=True, sync_module_states=True)`` — ``sync_module_states`` is FSDP's init
 sync (rank 0's weights), ``use_orig_params`` keeps the module's parameter names, and full
-gradients and parameters are read inside ``summon_full_params(with_grads=True)`` (a
-collective, so every rank reads together). ``no_sync()`` is FSDP's own.
+parameters (and FULL_SHARD's full gradients) are read inside
+``summon_full_params(with_grads=True)`` (a collective, so every rank reads together).
+NO_SHARD's gradients are the original parameters' ``.grad`` as the optimizer gets them
+after backward: inside ``summon_full_params`` FSDP re-views the flat gradient for every
+parameter, which shows zeros for a parameter with ``requires_grad=False`` whose ``.grad``
+is None outside, and the right layout for a channels_last parameter whose ``.grad``
+outside is the flat gradient read row-major (``tests/standalone/fsdp1_channels_last_grad.py``).
+``no_sync()`` is FSDP's own.
 
 FSDP2: ``fully_shard(module, mesh=DeviceMesh.from_group(process_group, device_type))``
 shards every parameter as a ``DTensor``; gradient accumulation without communication is
@@ -53,6 +59,7 @@ class FSDP1Adapter(WrappedModuleAdapter):
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
         self.module = module
+        self.strategy = strategy
         self.wrapped = FullyShardedDataParallel(
             module, process_group=process_group,
             sharding_strategy=getattr(ShardingStrategy, strategy),
@@ -69,6 +76,14 @@ class FSDP1Adapter(WrappedModuleAdapter):
             self.wrapped, writeback=False, with_grads=grads)
 
     def gradients(self) -> dict[str, Tensor | None]:
+        if self.strategy == "NO_SHARD":
+            # Unsharded: the original parameters' ``.grad`` are already the full gradients,
+            # and they are what the optimizer steps with. summon_full_params(with_grads=True)
+            # shows other tensors: a zero view for a parameter with requires_grad=False
+            # (whose ``.grad`` FSDP sets to None) and a layout-aware view of a channels_last
+            # parameter's gradient where the optimizer's ``.grad`` is not (see the module
+            # docstring).
+            return super().gradients()
         with self._full(grads=True):
             return super().gradients()
 
