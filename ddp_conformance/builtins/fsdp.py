@@ -5,6 +5,10 @@ use_orig_params=True, sync_module_states=True)`` — ``sync_module_states`` is F
 sync (rank 0's weights), ``use_orig_params`` keeps the module's parameter names, and full
 parameters (and FULL_SHARD's full gradients) are read inside
 ``summon_full_params(with_grads=True)`` (a collective, so every rank reads together).
+FULL_SHARD's gradients are None where the optimizer's are: outside, each ``.grad`` is the
+rank's 1-d piece of the sharded flat gradient, None for a parameter with
+``requires_grad=False``, which ``summon_full_params`` would show as zeros; a gradient is
+reported None when no rank's ``.grad`` holds a piece of it.
 NO_SHARD's gradients are the original parameters' ``.grad`` as the optimizer gets them
 after backward: inside ``summon_full_params`` FSDP re-views the flat gradient for every
 parameter, which shows zeros for a parameter with ``requires_grad=False`` whose ``.grad``
@@ -60,6 +64,7 @@ class FSDP1Adapter(WrappedModuleAdapter):
 
         self.module = module
         self.strategy = strategy
+        self.process_group = process_group
         self.wrapped = FullyShardedDataParallel(
             module, process_group=process_group,
             sharding_strategy=getattr(ShardingStrategy, strategy),
@@ -84,8 +89,24 @@ class FSDP1Adapter(WrappedModuleAdapter):
             # parameter's gradient where the optimizer's ``.grad`` is not (see the module
             # docstring).
             return super().gradients()
+        # FULL_SHARD: outside, each ``.grad`` is this rank's 1-d piece of the sharded flat
+        # gradient (None where the rank holds no part of the parameter); the optimizer steps
+        # those pieces, so their values are the full gradient summon_full_params gathers.
+        # But summon_full_params shows a view for every parameter, where the optimizer gets
+        # None for a parameter with requires_grad=False (FlatParamHandle._use_sharded_grad_views):
+        # a gradient is None when no rank's optimizer has a piece of it (one int all-reduce).
+        names = [n for n, _ in self.module.named_parameters()]
+        held = torch.tensor([p.grad is not None for _, p in self.module.named_parameters()],
+                            dtype=torch.int32, device=self._flag_device())
+        dist.all_reduce(held, op=dist.ReduceOp.MAX, group=self.process_group)
+        none = {n for n, h in zip(names, held.tolist(), strict=True) if not h}
         with self._full(grads=True):
-            return super().gradients()
+            full = super().gradients()
+        return {n: None if n in none else g for n, g in full.items()}
+
+    def _flag_device(self) -> torch.device:
+        """Where the group reduces a small tensor: the parameters' device."""
+        return next(self.module.parameters()).device
 
     def parameters(self) -> dict[str, Tensor]:
         with self._full(grads=False):
