@@ -37,6 +37,14 @@ CLOCK_LABELS = {HOST: "host clock", CUDA_EVENTS: "CUDA events"}
 NOT_KERNELS = ("gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 
 
+def now(device: torch.device) -> float:
+    """``time.perf_counter()``, after the device's queued work finished (CUDA runs
+    asynchronously: without the synchronisation a step would time its launches only)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 # -- phases -----------------------------------------------------------------------------------
 
 class PhaseTimer:
@@ -62,13 +70,11 @@ class PhaseTimer:
 
     def begin(self) -> float:
         self._host, self._events = [], []
+        t = now(self.device)  # earlier work is not this step's
         if self.clock == CUDA_EVENTS:
-            torch.cuda.synchronize(self.device)
-            t = time.perf_counter()
             self._record()
-            return t
-        t = time.perf_counter()
-        self._host.append(t)
+        else:
+            self._host.append(t)
         return t
 
     def mark(self) -> None:
@@ -80,10 +86,9 @@ class PhaseTimer:
     def end(self) -> float:
         if self.clock == CUDA_EVENTS:
             self._record()
-            torch.cuda.synchronize(self.device)
-            return time.perf_counter()
-        t = time.perf_counter()
-        self._host.append(t)
+        t = now(self.device)  # the step is timed to its completion
+        if self.clock == HOST:
+            self._host.append(t)
         return t
 
     def phases(self) -> list[float]:

@@ -31,7 +31,7 @@ from torch import nn
 from ddp_conformance.contract.registry import resolve_candidate
 from ddp_conformance.ranks.tracing import Collective, Tracer, TracingProcessGroup
 
-from .gpu_timeline import PhaseTimer, capture_kernels, cuda_tracing_available, gpu_overlap
+from .gpu_timeline import PhaseTimer, capture_kernels, cuda_tracing_available, gpu_overlap, now
 from .models import MODELS, size_of
 from .stats import busy_time
 
@@ -45,14 +45,6 @@ def bench_device(cfg: dict[str, Any]) -> torch.device:
     if cfg.get("device") == "cuda":
         return torch.device("cuda", torch.cuda.current_device())
     return CPU
-
-
-def now(device: torch.device) -> float:
-    """``time.perf_counter()``, after the device's queued work finished (CUDA runs
-    asynchronously: without the synchronisation a step would time its launches only)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 class Runner:

@@ -57,8 +57,11 @@ class Generations:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._number = 0
-        #: Generations started so far (communicators each rank created, at most).
-        self.started = 1
+
+    @property
+    def started(self) -> int:
+        """Generations started so far (communicators each rank created, at most)."""
+        return self._number + 1
 
     def name(self) -> str:
         """The name for the next job ('' when reuse is off: every job creates its own)."""
@@ -67,7 +70,6 @@ class Generations:
     def renew(self) -> None:
         """Start a new generation: the next job's ranks create a communicator."""
         self._number += 1
-        self.started += 1
 
     def settle(self, done: bool, states: dict[int, CommState], world_size: int) -> None:
         """After a job: keep the generation only if the job was ``done`` on every rank and

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from ddp_conformance.bench.stats import quartiles  # noqa: E402
 from ddp_conformance.judge.verdict import Result  # noqa: E402
 
-from .timing import BASELINE, breakdown, keyed, model_rows  # noqa: E402
+from .timing import BASELINE, all_rows, breakdown, keyed, model_rows  # noqa: E402
 
 FLOOR = 1e-12  # zero error drawn here on the log scale
 MAX_LINES = 8
@@ -105,16 +105,12 @@ def step_times(bench: dict[str, Any]) -> str | None:
 
 def bandwidth(bench: dict[str, Any]) -> str | None:
     """Gradient communication busbw per candidate next to the raw allreduce's."""
-    timing = bench.get("timing") or {}
-    models = list(timing.get("models", {}).values())
-    ws = timing.get("info", {}).get("world_size", 2)
     labels, grad, raw = [], [], []
-    for m in models:
-        for r in model_rows(m, ws):
-            if "grad_busbw" in r:
-                labels.append(f"{m['model']}\n{r['candidate']}")
-                grad.append(r["grad_busbw"] / 1e9)
-                raw.append(r["raw_busbw"] / 1e9)
+    for r in all_rows(bench):
+        if "grad_busbw" in r:
+            labels.append(f"{r['model']}\n{r['candidate']}")
+            grad.append(r["grad_busbw"] / 1e9)
+            raw.append(r["raw_busbw"] / 1e9)
     if not labels:
         return None
     fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(labels)), 3.2))

@@ -64,6 +64,13 @@ def model_rows(model: dict[str, Any], world_size: int) -> list[dict[str, Any]]:
     return rows
 
 
+def all_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every benchmark model's rows (:func:`model_rows`), model by model."""
+    timing = bench.get("timing") or {}
+    ws = timing.get("info", {}).get("world_size", 2)
+    return [r for m in timing.get("models", {}).values() for r in model_rows(m, ws)]
+
+
 def gpu_figures(gpu: dict[str, list[float]]) -> dict[str, float]:
     """A candidate's GPU-timeline probe (per step figures) in one set of numbers: medians
     over the probe steps, and the overlapped share of all communication kernel time
@@ -119,11 +126,9 @@ NO_COMM_KERNELS = ("A row with 0 communication kernels per step had none on the 
 
 def gpu_notes_after(bench: dict[str, Any]) -> list[str]:
     """The note under the GPU-timeline table when some candidate had no communication kernels."""
-    timing = bench.get("timing") or {}
-    ws = timing.get("info", {}).get("world_size", 2)
-    if not any("gpu" in r and not r["gpu"].get("comm_kernels")
-               for m in timing.get("models", {}).values() for r in model_rows(m, ws)):
+    if not any("gpu" in r and not r["gpu"].get("comm_kernels") for r in all_rows(bench)):
         return []
+    timing = bench.get("timing") or {}
     gloo = str(timing.get("info", {}).get("backend") or "gloo") == "gloo"
     return [NO_COMM_KERNELS.format(why=" (Gloo copies CUDA tensors to the host and reduces them there)"
                                    if gloo else "")]
@@ -131,27 +136,24 @@ def gpu_notes_after(bench: dict[str, Any]) -> list[str]:
 
 def gpu_table(bench: dict[str, Any]) -> list[list[str]]:
     """Per model and candidate with a GPU-timeline probe: its overlap figures."""
-    timing = bench.get("timing") or {}
-    ws = timing.get("info", {}).get("world_size", 2)
     out = []
-    for model in timing.get("models", {}).values():
-        for r in model_rows(model, ws):
-            host = (f"{r['overlap_launched']:.0%} / {r['overlap_completed']:.0%}"
-                    if "overlap_launched" in r else "-")
-            if "gpu_unavailable" in r:
-                out.append([r["model"], r["candidate"], r["gpu_unavailable"], *["-"] * 5, host])
-                continue
-            g = r.get("gpu")
-            if g is None:
-                continue
-            counts = f"{g.get('kernels', 0):.0f} / {g.get('comm_kernels', 0):.0f}"
-            if not g.get("comm_kernels"):
-                out.append([r["model"], r["candidate"], counts, *["-"] * 4,
-                            f"{g.get('compute_span_s', 0) * 1e3:.2f}", host])
-                continue
-            out.append([r["model"], r["candidate"], counts, f"{g['comm_busy_s'] * 1e3:.2f}",
-                        f"{g['comm_overlapped_s'] * 1e3:.2f}", f"{g['overlap_share']:.0%}",
-                        f"{g['comm_exposed_s'] * 1e3:.2f}", f"{g['compute_span_s'] * 1e3:.2f}", host])
+    for r in all_rows(bench):
+        host = (f"{r['overlap_launched']:.0%} / {r['overlap_completed']:.0%}"
+                if "overlap_launched" in r else "-")
+        if "gpu_unavailable" in r:
+            out.append([r["model"], r["candidate"], r["gpu_unavailable"], *["-"] * 5, host])
+            continue
+        g = r.get("gpu")
+        if g is None:
+            continue
+        counts = f"{g.get('kernels', 0):.0f} / {g.get('comm_kernels', 0):.0f}"
+        if not g.get("comm_kernels"):
+            out.append([r["model"], r["candidate"], counts, *["-"] * 4,
+                        f"{g.get('compute_span_s', 0) * 1e3:.2f}", host])
+            continue
+        out.append([r["model"], r["candidate"], counts, f"{g['comm_busy_s'] * 1e3:.2f}",
+                    f"{g['comm_overlapped_s'] * 1e3:.2f}", f"{g['overlap_share']:.0%}",
+                    f"{g['comm_exposed_s'] * 1e3:.2f}", f"{g['compute_span_s'] * 1e3:.2f}", host])
     return out
 
 
@@ -162,26 +164,23 @@ TIMING_HEADER = ["model", "candidate", "step ms median [IQR]", "ratio to torch [
 
 
 def timing_table(bench: dict[str, Any]) -> list[list[str]]:
-    timing = bench.get("timing") or {}
-    ws = timing.get("info", {}).get("world_size", 2)
     out = []
-    for model in timing.get("models", {}).values():
-        for r in model_rows(model, ws):
-            ar = r["collectives"].get("allreduce", {"calls": 0, "bytes": 0})
-            ph = r["phases"]
-            ratio = r["ratio"]
-            out.append([
-                r["model"], r["candidate"], ms(r["step"]),
-                "-" if ratio[0] != ratio[0] else f"{ratio[0]:.3f} [{ratio[1]:.3f}-{ratio[2]:.3f}]",
-                "-" if r["candidate"] == BASELINE or not r["ratio_ci"]
-                else f"{r['ratio_ci'][0]:.3f}-{r['ratio_ci'][1]:.3f}",
-                f"{ph['forward'] * 1e3:.2f} / {ph['backward'] * 1e3:.2f} / {ph['optimizer'] * 1e3:.2f}",
-                f"{ar['calls']:.0f}", f"{ar['bytes'] / 1e6:.2f}",
-                gbs(r["grad_busbw"]) if "grad_busbw" in r else "-",
-                gbs(r["raw_busbw"]) if "raw_busbw" in r else "-",
-                f"{r['overlap_launched']:.0%} / {r['overlap_completed']:.0%}"
-                if "overlap_launched" in r else "-",
-            ])
+    for r in all_rows(bench):
+        ar = r["collectives"].get("allreduce", {"calls": 0, "bytes": 0})
+        ph = r["phases"]
+        ratio = r["ratio"]
+        out.append([
+            r["model"], r["candidate"], ms(r["step"]),
+            "-" if ratio[0] != ratio[0] else f"{ratio[0]:.3f} [{ratio[1]:.3f}-{ratio[2]:.3f}]",
+            "-" if r["candidate"] == BASELINE or not r["ratio_ci"]
+            else f"{r['ratio_ci'][0]:.3f}-{r['ratio_ci'][1]:.3f}",
+            f"{ph['forward'] * 1e3:.2f} / {ph['backward'] * 1e3:.2f} / {ph['optimizer'] * 1e3:.2f}",
+            f"{ar['calls']:.0f}", f"{ar['bytes'] / 1e6:.2f}",
+            gbs(r["grad_busbw"]) if "grad_busbw" in r else "-",
+            gbs(r["raw_busbw"]) if "raw_busbw" in r else "-",
+            f"{r['overlap_launched']:.0%} / {r['overlap_completed']:.0%}"
+            if "overlap_launched" in r else "-",
+        ])
     return out
 
 
