@@ -35,6 +35,8 @@ class RunConfig:
     #: Run every scenario on this backend too, side by side: "auto" (gloo for a custom
     #: backend), "none", or a backend spec.
     compare_backend: str = "auto"
+    #: ``--coverage`` targets (modules, packages or paths) measured in every process.
+    coverage: list[str] = field(default_factory=list)
 
     def runs_collectives(self, custom_backend: bool) -> bool:
         """Whether the run includes the backend's collective checks."""

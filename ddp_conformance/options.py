@@ -130,6 +130,10 @@ OPTIONS: tuple[Option, ...] = (
            config_field="strict_profile"),
     Option("no-trace", "plain process groups: no collective trace, no trace checks",
            action="store_true", default=False, config_field="trace", to_config=lambda v: not v),
+    Option("coverage", "measure what the run executes of TARGET (a module, package or path) in "
+           "the parent and every rank, with coverage.py; repeatable; a section in summary.md "
+           "and report.html", action="append", metavar="TARGET", config_field="coverage",
+           to_config=lambda v: list(v) if v else []),
     Option("keyword", "only cases whose id matches, as pytest -k reads it", metavar="EXPR",
            routes=frozenset({CLI}), cli_flags=("-k",)),
     Option("report-dir", "where results.jsonl, summary.md, junit.xml and report.html go "

@@ -60,6 +60,11 @@ class PytestSession:
             try:
                 config = run_config(self.pytest_config.getoption, PYTEST)
                 self._session = Session(config)
+                if config.coverage:  # before any rank starts; the controller combines
+                    from ddp_conformance.pytest_coverage import report_dir
+
+                    self._session.measure_coverage(report_dir(self.pytest_config),
+                                                   combine=False)
             except UsageError as exc:
                 self._error = f"ddp-conformance: {exc}"
                 raise pytest.UsageError(self._error) from None
@@ -103,6 +108,8 @@ class PytestSession:
         exit was lost, the ranks end now and pytest exits 143 all the same."""
         self.restore_signals()
         ours = self._session
+        if ours is not None and ours.coverage is not None and ours.received is None:
+            ours.close()  # ranks exit and save before the controller combines
         if ours is None or ours.received is None or ours.received.signum != signal.SIGTERM:
             return
         if ours.incomplete is None:

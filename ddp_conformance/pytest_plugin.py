@@ -46,6 +46,14 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
         add_short_forms_to_pytest(parser.getgroup(GROUP), _taken_names(parser))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """``--ddp-coverage`` only: its controller hooks (:mod:`ddp_conformance.pytest_coverage`)."""
+    if config.getoption("ddp_coverage", None):
+        from ddp_conformance.pytest_coverage import configure
+
+        configure(config)
+
+
 def _taken_names(parser: pytest.Parser) -> set[str]:
     """Every option name registered so far, by any plugin or conftest."""
     groups = [getattr(parser, "_anonymous", None), *getattr(parser, "_groups", [])]

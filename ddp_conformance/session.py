@@ -37,7 +37,9 @@ from ddp_conformance.config import RunConfig
 from ddp_conformance.errors import Interrupted, UsageError
 from ddp_conformance.judge.stability import Stability
 from ddp_conformance.judge.verdict import Result
+from ddp_conformance.ranks.coverage_hook import ParentCoverage, clear_data, setup_for
 from ddp_conformance.ranks.pool import Pool, RankPool
+from ddp_conformance.report.coverage import discard_stale
 from ddp_conformance.report.stream import ResultsWriter, run_info
 from ddp_conformance.runner import Runner
 
@@ -79,6 +81,9 @@ class Session:
         self._raised_at = float("-inf")
         self._handlers: dict[int, Any] = {}
         self._end_warnings: list[str] = []
+        #: ``--coverage``: this process's measurement (ranks inherit it), once reports open.
+        self.coverage: ParentCoverage | None = None
+        self._report_dir: str | None = None
 
     # -- cases ------------------------------------------------------------------------
 
@@ -131,8 +136,23 @@ class Session:
         if self.runner.comparison is not None:
             info["compare_backend"] = self.runner.comparison.backend.name
         info["durations"] = self.config.durations  # summary.md's slowest cases (0: all)
+        discard_stale(directory)
+        if self.config.coverage:
+            info["coverage"] = list(self.config.coverage)
+            self.measure_coverage(directory, combine=True)
         self.writer = ResultsWriter(directory, info)
         return info
+
+    def measure_coverage(self, directory: str, combine: bool) -> None:
+        """``--coverage``: measure this process and (through the environment) every rank
+        started from now on; ``combine``: this session also combines everyone's data into
+        ``directory`` at :meth:`close` (pytest-xdist: the controller does, once)."""
+        setup = setup_for(self.config.coverage, directory)
+        if combine:
+            clear_data(setup)
+            self._report_dir = directory
+        self.coverage = ParentCoverage(setup)
+        self.coverage.start()
 
     def start(self) -> None:
         """Start the ranks now (else the first case does)."""
@@ -293,6 +313,8 @@ class Session:
             return notes
         self._closed = True
         with self._deferring_signals():
+            if self.coverage is not None:
+                self._close_coverage()
             try:
                 if self.writer is not None:
                     self.writer.close(notes, incomplete=self.incomplete)
@@ -303,6 +325,22 @@ class Session:
                 else:
                     self._quietly(self.runner.close)
         return notes
+
+    def _close_coverage(self) -> None:
+        """End the ranks (each saves its data as it exits), stop measuring here, and
+        combine everything into the report directory's coverage section. An interrupted
+        run only saves: combining is left out of its deadline."""
+        coverage, self.coverage = self.coverage, None
+        assert coverage is not None
+        if self.incomplete is None:
+            self.runner.close()
+        else:
+            self._quietly(self.runner.close)
+        coverage.stop()
+        if self.incomplete is None and self._report_dir is not None:
+            from ddp_conformance.report.coverage import combine_and_summarise
+
+            combine_and_summarise(coverage.setup, self._report_dir)
 
     def __enter__(self) -> Session:
         return self

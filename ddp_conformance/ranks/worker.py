@@ -64,7 +64,7 @@ def _serve_jobs(conn: Connection, runtime: RankRuntime) -> None:
             stays = _safely(runtime.release)
             send(conn, Released(runtime.rank, stays))
             if not stays:
-                os._exit(0)  # its exit closes the connections the groups still hold
+                _leave()  # its exit closes the connections the groups still hold
             continue
         assert isinstance(message, RunJob), message
         answer = runtime.execute(message.job)
@@ -76,7 +76,16 @@ def _serve_jobs(conn: Connection, runtime: RankRuntime) -> None:
             # Leave. Destroying the group does not close its connections while C++
             # objects (a DDP reducer) still hold it; exiting does, which releases peers
             # blocked in a collective with this rank at once.
-            os._exit(0)
+            _leave()
+
+
+def _leave() -> None:
+    """Exit at once (no interpreter shutdown: C++ objects may still hold the groups),
+    keeping what ``--coverage`` measured in this rank."""
+    from ddp_conformance.ranks import coverage_hook
+
+    coverage_hook.save()
+    os._exit(0)
 
 
 def _safely(step: Callable[[], bool]) -> bool:
@@ -147,6 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--preload", default="", help="candidate specs, comma-separated")
     args = parser.parse_args(argv)
+    from ddp_conformance.ranks import coverage_hook
+
+    coverage_hook.start_from_env()  # before torch: module-level lines of a target count
     if args.parent_pid:
         die_with_parent(args.parent_pid)
     stack_file = open(args.stack_file, "w")  # noqa: SIM115 - lives as long as the process

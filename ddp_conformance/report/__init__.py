@@ -22,11 +22,13 @@ __all__ = ["BENCH_FILE", "HTML_FILE", "JUNIT_FILE", "RESULTS_FILE", "SUMMARY_FIL
 
 
 def render(directory: str, info: dict[str, Any] | None, results: list[Result], notes: list[str],
-           bench: dict[str, Any] | None = None, incomplete: str | None = None) -> list[str]:
+           bench: dict[str, Any] | None = None, incomplete: str | None = None,
+           coverage: dict[str, Any] | None = None) -> list[str]:
     """Write the summaries of one run into ``directory``; return the paths written.
 
     ``incomplete``: why ``results`` are only the cases finished (an interrupted run);
     every file then says so at its top (JUnit: an ``incomplete`` property of the suite).
+    ``coverage``: the ``--coverage`` summary (:mod:`.coverage`), a section of its own.
     """
     from .html import render_html
     from .junit import write_junit
@@ -37,7 +39,8 @@ def render(directory: str, info: dict[str, Any] | None, results: list[Result], n
     if info is not None or bench:
         path = os.path.join(directory, SUMMARY_FILE)
         with open(path, "w", encoding="utf-8") as f:
-            f.write(markdown_summary(info or {}, results, notes, bench, incomplete=incomplete))
+            f.write(markdown_summary(info or {}, results, notes, bench, incomplete=incomplete,
+                                     coverage=coverage))
         written.append(path)
     if info is not None:
         path = os.path.join(directory, JUNIT_FILE)
@@ -45,7 +48,8 @@ def render(directory: str, info: dict[str, Any] | None, results: list[Result], n
         written.append(path)
     path = os.path.join(directory, HTML_FILE)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(info, results, notes, bench, incomplete=incomplete))
+        f.write(render_html(info, results, notes, bench, incomplete=incomplete,
+                            coverage=coverage))
     written.append(path)
     return written
 
@@ -54,10 +58,13 @@ def write_report_set(directory: str) -> list[str]:
     """Re-render the report set from ``DIR/results.jsonl`` and/or ``DIR/bench.json``."""
     from ddp_conformance.errors import UsageError
 
+    from .coverage import load_coverage
+
     has_results = os.path.exists(os.path.join(directory, RESULTS_FILE))
     bench = load_bench(directory)
     if not has_results and bench is None:
         raise UsageError(f"{directory!r} holds neither {RESULTS_FILE} nor {BENCH_FILE}")
     run = load_results(directory) if has_results else None
     return render(directory, run.info if run else None, run.results if run else [],
-                  run.notes if run else [], bench, run.incomplete if run else None)
+                  run.notes if run else [], bench, run.incomplete if run else None,
+                  coverage=load_coverage(directory) if run else None)

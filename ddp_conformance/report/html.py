@@ -23,6 +23,9 @@ from .common import (
     time_shares_line,
     verdict_matrix,
 )
+from .coverage import HEADER as COVERAGE_HEADER
+from .coverage import intro as coverage_intro
+from .coverage import rows as coverage_rows
 from .markdown import git_line
 from .timing import (
     BREAKDOWN_HEADER,
@@ -238,9 +241,10 @@ def timing_html(bench: dict[str, Any]) -> str:
 
 
 def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[str],
-                bench: dict[str, Any] | None = None, incomplete: str | None = None) -> str:
+                bench: dict[str, Any] | None = None, incomplete: str | None = None,
+                coverage: dict[str, Any] | None = None) -> str:
     """The self-contained report; ``incomplete`` (why the run holds only its finished
-    cases) puts a banner at the top."""
+    cases) puts a banner at the top; ``coverage``: the ``--coverage`` section."""
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
              "<title>ddp-conformance report</title>", f"<style>{CSS}</style></head><body>",
              "<h1>ddp-conformance report</h1>"]
@@ -282,6 +286,9 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
                              f"checks)</summary>{figures}</details>")
     if bench:
         parts.append(timing_html(bench))
+    if coverage:
+        parts.append(f"<h2>Coverage</h2><p>{esc(coverage_intro(coverage))}</p>"
+                     + table(COVERAGE_HEADER, coverage_rows(coverage), numeric_from=1))
     if notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     parts.append("</body></html>")

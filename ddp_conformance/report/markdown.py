@@ -20,6 +20,9 @@ from .common import (
     time_shares_line,
     verdict_matrix,
 )
+from .coverage import HEADER as COVERAGE_HEADER
+from .coverage import intro as coverage_intro
+from .coverage import rows as coverage_rows
 from .timing import timing_markdown
 
 MAX_TRACE_LINES = 40
@@ -96,8 +99,10 @@ def incomplete_line(incomplete: str) -> str:
 
 
 def markdown_summary(info: dict[str, Any], results: list[Result], notes: list[str],
-                     bench: dict[str, Any] | None = None, incomplete: str | None = None) -> str:
-    """The summary; ``incomplete`` (why only the finished cases are there) is said first."""
+                     bench: dict[str, Any] | None = None, incomplete: str | None = None,
+                     coverage: dict[str, Any] | None = None) -> str:
+    """The summary; ``incomplete`` (why only the finished cases are there) is said first;
+    ``coverage``: the ``--coverage`` section."""
     lines = ["# ddp-conformance summary", ""]
     if incomplete is not None:
         lines += [incomplete_line(incomplete), ""]
@@ -122,6 +127,10 @@ def markdown_summary(info: dict[str, Any], results: list[Result], notes: list[st
         lines += ["## Not applicable", ""] + [f"- `{r.case_id}`: {r.reason}" for r in na] + [""]
     if bench:
         lines += timing_markdown(bench)
+    if coverage:
+        lines += ["## Coverage", "", coverage_intro(coverage), "",
+                  tabulate(coverage_rows(coverage), COVERAGE_HEADER, tablefmt="github",
+                           disable_numparse=True), ""]
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)

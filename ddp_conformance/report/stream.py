@@ -27,6 +27,7 @@ from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.judge.verdict import Result
 from ddp_conformance.report import RESULTS_FILE, render
 from ddp_conformance.report.common import count_verdicts
+from ddp_conformance.report.coverage import load_coverage
 from ddp_conformance.report.gitstate import candidate_git_state, project_git_state
 from ddp_conformance.report.load import load_bench
 
@@ -85,4 +86,4 @@ class ResultsWriter:
         self._stream.close()
         # Timing results already in the directory (ddp-conformance bench) stay in the report.
         render(self.directory, self.info, self.results, notes or [], load_bench(self.directory),
-               incomplete=incomplete)
+               incomplete=incomplete, coverage=load_coverage(self.directory))
