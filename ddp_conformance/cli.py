@@ -36,7 +36,9 @@ from ddp_conformance.report.common import count_verdicts, verdict_matrix
 from ddp_conformance.session import Session
 
 if TYPE_CHECKING:  # fuzz imports hypothesis: loaded by the fuzz command only
+    from ddp_conformance.config import RunConfig
     from ddp_conformance.fuzz import Finding
+    from ddp_conformance.ranks.coverage_hook import ParentCoverage
 
 #: After SIGTERM or SIGINT, how long ending the ranks and writing the reports may take
 #: before the process exits without them (a further signal meanwhile is ignored).
@@ -189,8 +191,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     repeats: int = args.ddp_repeat
     from ddp_conformance.ranks.torchrun import torchrun_pool
 
+    follower_coverage = _torchrun_coverage(config, args.ddp_report_dir)
     pool = torchrun_pool(config)  # under torchrun: the leader's pool, or a follower's exit code
     if isinstance(pool, int):
+        if follower_coverage is not None:
+            follower_coverage.stop()  # saved for the leader to combine
         return pool
     session = Session(config, pool=pool, repeats=repeats)
     interrupted: Interrupted | None = None
@@ -252,6 +257,20 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
               + f" in {time.monotonic() - started:.1f}s; reports in "
               f"{os.path.abspath(args.ddp_report_dir)}\n")
     return EXIT_FAILED if session.failed() else EXIT_OK
+
+
+def _torchrun_coverage(config: RunConfig, report_dir: str) -> ParentCoverage | None:
+    """Under torchrun with ``--coverage``: every process measures from before its first
+    job (the leader's :class:`Session` takes this measurement over and combines)."""
+    from ddp_conformance.ranks.torchrun import detect
+
+    if not config.coverage or detect() is None:
+        return None
+    from ddp_conformance.ranks.coverage_hook import ParentCoverage, setup_for
+
+    coverage = ParentCoverage(setup_for(config.coverage, report_dir))
+    coverage.start()
+    return coverage
 
 
 def exit_after(deadline_s: float, exc: Interrupted) -> threading.Timer:
