@@ -138,15 +138,54 @@ class DistributedDataParallel(nn.Module, Joinable):
             collectives.verify_param_shapes(pg, params, names)
             self._sync_module_states(src=0, with_buffers=broadcast_buffers)
 
-        layout = initial_bucket_layout(params, self.bucket_capacity, expect_sparse,
-                                       static_graph, find_unused_parameters)
-        self.reducer = self.reducer_class(params, layout, pg, expect_sparse,
-                                          self.bucket_capacity, find_unused_parameters,
-                                          gradient_as_bucket_view, names)
-        if static_graph:
-            self._set_static_graph()
+        self._make_reducer(params, expect_sparse, names, static_graph)
 
     # ----------------------------------------------------------------- construction
+    def _make_reducer(self, params: list[nn.Parameter], expect_sparse: list[bool],
+                      names: list[str], static_graph: bool) -> None:
+        """A new reducer over ``params`` in torch's initial bucket layout (the constructor
+        and ``__setstate__``, as torch's ``_ddp_init_helper``)."""
+        layout = initial_bucket_layout(params, self.bucket_capacity, expect_sparse,
+                                       static_graph, self.find_unused_parameters)
+        self.reducer = self.reducer_class(params, layout, self.process_group, expect_sparse,
+                                          self.bucket_capacity, self.find_unused_parameters,
+                                          self.gradient_as_bucket_view, names)
+        if static_graph:
+            self.static_graph = False
+            self._set_static_graph()
+
+    # ----------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling, ``copy.deepcopy`` and ``torch.save`` (torch's ``__getstate__``): only
+        on the default group; the process group and the reducer are left out."""
+        self._check_default_group()
+        attrs = dict(self.__dict__)
+        del attrs["process_group"]
+        del attrs["reducer"]
+        return attrs
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (torch's ``__setstate__``): the default group, and a new reducer in
+        the initial bucket layout, static graph again where it was set; no init sync, and
+        no comm hook on the new reducer (torch registers none either)."""
+        self.process_group = dist.distributed_c10d._get_default_group()
+        super().__setstate__(state)
+        self.__dict__.setdefault("require_forward_param_sync", True)
+        self.__dict__.setdefault("require_backward_grad_sync", True)
+        params, expect_sparse, names = self._build_params_for_reducer()
+        self._make_reducer(params, expect_sparse, names, bool(self.static_graph))
+
+    def _check_default_group(self) -> None:
+        try:
+            default = self.process_group == dist.distributed_c10d._get_default_group()
+        except (RuntimeError, ValueError):
+            default = False
+        if not default:
+            raise RuntimeError(
+                "DDP Pickling/Unpickling are only supported when using DDP with the default "
+                "process group. That is, when you have called init_process_group and have "
+                "not passed process_group argument to DDP constructor")
+
     def _build_params_for_reducer(self) -> tuple[list[nn.Parameter], list[bool], list[str]]:
         """Parameters reduced, in torch's order: modules in ``named_modules()`` order, each
         module's own ``requires_grad`` parameters, a shared parameter only the first time."""

@@ -416,8 +416,13 @@ class Reducer:
             if grad.dtype != view.dtype or grad.shape != view.shape:
                 raise RuntimeError(f"Expected {view.type()} of shape {tuple(view.shape)}, got "
                                    f"{grad.type()} of shape {tuple(grad.shape)}")
-            if self.comm_hook is None:
+            if self.comm_hook is None and not grad.requires_grad:
                 torch.mul(grad, self._reciprocal(grad.dtype), out=view)
+            elif self.comm_hook is None:
+                # backward(create_graph=True): the gradient requires grad itself, so
+                # torch divides out of place and copies (reducer.cpp; it warns that
+                # higher-order gradients are not synchronised, pytorch/pytorch#63929).
+                view.copy_(torch.mul(grad, self._reciprocal(grad.dtype)))
             else:
                 view.copy_(grad)
             if self.gradient_as_bucket_view:
