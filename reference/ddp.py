@@ -8,6 +8,7 @@ itself lives in :mod:`.reducer`.
 """
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -221,12 +222,22 @@ class DistributedDataParallel(nn.Module, Joinable):
         collectives.broadcast_coalesced(self.process_group, states, src)
 
     def _set_static_graph(self) -> None:
-        """Declare the graph static (torch's ``_set_static_graph``); before training only."""
+        """Declare the graph static (torch's ``_set_static_graph``); before training only
+        (after it, the reducer raises). A second call only warns, as torch's does."""
         if self.static_graph:
+            warnings.warn("You've set static_graph to be True, no need to set it again.",
+                          stacklevel=2)
             return
         self.static_graph = True
         self._static_graph_delay_allreduce_enqueued = False
         self.reducer.set_static_graph()
+        if self.find_unused_parameters:
+            warnings.warn(
+                "You passed find_unused_parameters=true to DistributedDataParallel, "
+                "`_set_static_graph` will detect unused parameters automatically, so you do "
+                "not need to set find_unused_parameters=true, just be sure these unused "
+                "parameters will not change during training loop while calling "
+                "`_set_static_graph`.", stacklevel=2)
 
     # ----------------------------------------------------------------- forward
     @contextmanager

@@ -104,3 +104,26 @@ def create_graph(rank: int, world_size: int) -> dict[str, Any]:
         assert grad is not None
         out[impl] = [grad.detach().clone(), grad.requires_grad, grad.grad_fn is not None]
     return out
+
+
+def static_graph_calls(rank: int, world_size: int) -> dict[str, Any]:
+    """``_set_static_graph`` twice before training (the second warns), and once after a
+    step (refused): the warnings' texts and the error, per DDP."""
+    import warnings
+
+    out: dict[str, Any] = {}
+    for impl, cls in IMPLS.items():
+        module = _mlp()
+        ddp = cls(module, static_graph=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ddp._set_static_graph()
+        later = cls(_mlp())
+        _steps(later, later.module, 0, 1)
+        try:
+            later._set_static_graph()
+            error = None
+        except RuntimeError as exc:
+            error = str(exc)
+        out[impl] = [[str(w.message) for w in caught], error]
+    return out

@@ -41,3 +41,12 @@ def test_backward_with_create_graph_like_torch() -> None:
         # 6 backwards of d/dp (r+1) p^2 = 2 (r+1) at p = 1, averaged over 2 ranks: 3 each.
         assert ours[0].item() == 18.0
         assert ours[1:] == theirs[1:] == [True, True]
+
+
+def test_set_static_graph_twice_warns_and_after_training_raises_like_torch() -> None:
+    for rank_out in run_distributed(sw.static_graph_calls, 2):
+        ours, theirs = rank_out["reference"], rank_out["torch"]
+        assert ours[0] == theirs[0] and len(ours[0]) == 1
+        assert ours[1] is not None and theirs[1] is not None
+        assert "should be called before training loop starts" in ours[1]
+        assert "should be called before training loop starts" in theirs[1]
