@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"report", "bench"},
     {"runner"},
     {"session", "fuzz", "repro"},
-    {"cli", "pytest_plugin", "pytest_items", "__main__", "__init__"},
+    {"cli", "pytest_plugin", "pytest_items", "pytest_coverage", "__main__", "__init__"},
 ]
 
 
