@@ -11,13 +11,14 @@ is the whole list of what it can fail.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from ddp_conformance.judge.tolerance import Policy, distance
+from ddp_conformance.judge.tolerance import Policy, distance, non_finite_mismatches
 from ddp_conformance.judge.verdict import CheckFailure, Figure
 from ddp_conformance.ranks.records import Tensors
 
@@ -81,7 +82,10 @@ class Evidence:
         """
         self.ran(check)
         d = distance(actual, expected)
-        d.scale = max(d.scale, scale)
+        # A non-finite ``scale`` (an inf or NaN among the summed gradients) says nothing of
+        # the finite elements' rounding: the finite ``max|expected|`` stands alone then.
+        if math.isfinite(scale):
+            d.scale = max(d.scale, scale)
         passed = actual.shape == expected.shape and d.within(rtol)
         self.figures.append(Figure(check, step, rank, name, passed, d.max_abs, d.max_rel,
                                    d.max_ulp, rtol))
@@ -92,6 +96,13 @@ class Evidence:
             self.fail(check, f"{where}: shape {tuple(actual.shape)} != {against}'s "
                              f"{tuple(expected.shape)}", step, rank, name)
             return
+        if _inexact(actual) and _inexact(expected) and actual.is_complex() == expected.is_complex():
+            mismatched = non_finite_mismatches(actual.detach().cpu(), expected.detach().cpu())
+            if mismatched:
+                self.fail(check, f"{where}: {mismatched} element(s) non-finite on one side "
+                                 f"only or with another value (NaN, +inf, -inf must match "
+                                 f"{against}'s position by position)", step, rank, name)
+                return
         bound = ("bitwise equality" if rtol == 0.0
                  else f"tolerance {rtol:.0e} x max|expected| {d.scale:.3g}")
         self.fail(check, f"{where}: max abs error {d.max_abs:.3g} against {against} "
@@ -107,3 +118,9 @@ class Evidence:
         for name in expected.keys() & actual.keys():
             rtol = policy.rtol(expected[name].dtype)
             self.compare(check, step, rank, name, actual[name], expected[name], rtol, against)
+
+
+def _inexact(t: Tensor) -> bool:
+    """A floating or complex tensor: one that can hold inf and NaN."""
+    return t.dtype.is_floating_point or t.is_complex()
+

@@ -20,6 +20,37 @@ Why these ``rtol`` values (u is the unit roundoff of the dtype):
   (u = 2**-8 = 3.9e-3) moves the largest elements by ~1e-4 or more relative: 10x to 400x
   above the bound, so it is caught.
 - float64: 1e-12 (u = 1.1e-16, same argument). float16 models: 4e-3 (8 u); bfloat16: 3e-2.
+- bfloat16 models: 3e-2 is 7.7 u (u = 2**-8). The local gradients agree bitwise, so one
+  step's reduction contributes at most W u = 4 u (W <= 4, the division by W included:
+  exact for W = 2 and 4, one rounding for W = 3); the update ``p - lr g`` then rounds to
+  bfloat16, and a gradient differing in its last bit moves a parameter by at most one
+  ulp of the parameter (u relative), which the next step's gradients carry: 3e-2 leaves
+  ~2x room over 4 u + u + u, and a float16 (incomparable, 3 fewer exponent bits) or a
+  float32-then-cast reduction changes the result by far less, so it is not what this
+  catches; the trace's wire dtype does (``trace.dtype``). float16 models: 4e-3 is 8 u
+  (u = 2**-11), the same argument. Measured on the MLPs wholly in bfloat16 / float16 of
+  ``values/`` (3 steps, W = 3 and 4, 6 seeds, the oracle against itself with the ranks
+  summed in reversed and rotated order): SGD and momentum reach at most 0.31 (gradients)
+  and 0.48 (parameters) of the bound in bfloat16, 0.28 and 0.15 in float16. W = 2 is
+  bitwise (halving is exact and a sum of two is order-free). Adam does not keep the
+  argument in these dtypes: it scales a near-zero gradient's rounding noise up to a full
+  step (measured 2.3x the bound on gradients and 6x to 15x on parameters), so such
+  scenarios (and the fuzzer) train low-precision models with SGD or momentum.
+- Complex gradients (``complex64``, ``complex128``) are compared as their
+  ``torch.view_as_real`` pairs, the way torch's DDP reduces them (its reducer allreduces
+  a complex bucket as its real view): each component is a real sum with the real dtype's
+  error bound, (W - 1) u + u relative to the magnitude of the terms it adds. The judge's
+  scale for a component is at least that magnitude (``max|expected|`` over both components,
+  raised to the oracle's ``sum_r |g_r| / W`` of the moduli, which bounds each component's).
+  The complex arithmetic before the reduction (a complex product rounds each component
+  with error up to ~2.8 u) is the same kernels on the same shapes in the oracle and the
+  ranks, so it agrees bitwise, as for real models: complex64 takes float32's 1e-5,
+  complex128 float64's 1e-12. ULP distances count steps of the real dtype per component.
+- Non-finite values (a rank's batch held inf or NaN) must sit at the same positions with
+  the same value: NaN where NaN is expected (any payload), +inf where +inf, -inf where
+  -inf; a NaN or inf where a finite value is expected (or the reverse) fails at any
+  tolerance. The finite elements are then compared as usual, and the tolerance's scale
+  is taken over finite values only.
 - Exact-valued scenarios (dyadic data, every sum exact in any order) demand 0: bitwise.
 - A model mixing dtypes uses its loosest dtype's rtol for every tensor (``Policy.floor``):
   its float64 layers are fed by float32 ones and carry their rounding.
@@ -37,6 +68,9 @@ RTOL: dict[torch.dtype, float] = {
     torch.float64: 1e-12,
     torch.float16: 4e-3,
     torch.bfloat16: 3e-2,
+    # Compared as view_as_real pairs of the real dtype: that dtype's argument (above).
+    torch.complex64: 1e-5,
+    torch.complex128: 1e-12,
 }
 
 _INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32,
@@ -45,7 +79,7 @@ _INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32,
 
 def rtol_for(dtype: torch.dtype, exact: bool) -> float:
     """The norm-wise relative tolerance for ``dtype`` (0: bitwise, integers are exact)."""
-    if exact or not dtype.is_floating_point:
+    if exact or not (dtype.is_floating_point or dtype.is_complex):
         return 0.0
     return RTOL.get(dtype, 1e-5)
 
@@ -62,7 +96,7 @@ class Policy:
     floor: float = 0.0
 
     def rtol(self, dtype: torch.dtype) -> float:
-        if self.exact or not dtype.is_floating_point:
+        if self.exact or not (dtype.is_floating_point or dtype.is_complex):
             return 0.0
         return self.override if self.override is not None else max(rtol_for(dtype, False),
                                                                   self.floor)
@@ -89,8 +123,16 @@ class Distance:
         return self.max_abs <= rtol * self.scale
 
 
+def real_view(t: Tensor) -> Tensor:
+    """A complex tensor as its ``view_as_real`` pairs (how torch's DDP reduces it); any
+    other tensor as it is."""
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
+
+
 def ulp_distance(a: Tensor, b: Tensor) -> float:
-    """Largest number of representable values between corresponding elements."""
+    """Largest number of representable values between corresponding elements (complex:
+    per real and imaginary component)."""
+    a, b = real_view(a), real_view(b)
     view = _INT_VIEW.get(a.dtype)
     if view is None or a.numel() == 0:
         return float((a != b).any().item())
@@ -107,26 +149,52 @@ def ulp_distance(a: Tensor, b: Tensor) -> float:
     return float(torch.where(same_sign, within, across).max().item())
 
 
+def non_finite_mismatches(actual: Tensor, expected: Tensor) -> int:
+    """Elements whose non-finite value differs: NaN against anything but NaN, +-inf against
+    anything but the same infinity (floating or complex tensors of one shape)."""
+    a, e = real_view(actual), real_view(expected)
+    nan_a, nan_e = torch.isnan(a), torch.isnan(e)
+    inf_differs = (torch.isinf(a) | torch.isinf(e)) & (a != e) & ~nan_a & ~nan_e
+    return int(((nan_a != nan_e) | inf_differs).sum().item())
+
+
+def _finite_max_abs(t: Tensor) -> float:
+    finite = t[torch.isfinite(t)]
+    return float(finite.abs().max().item()) if finite.numel() else 0.0
+
+
 def distance(actual: Tensor, expected: Tensor) -> Distance:
-    """Error figures of ``actual`` against ``expected`` (same shape, dtype and device)."""
-    if actual.shape != expected.shape:
+    """Error figures of ``actual`` against ``expected`` (same shape, dtype and device).
+
+    Complex tensors are compared as their real pairs; non-finite elements must match
+    exactly (:func:`non_finite_mismatches`, else every figure is inf), and the figures
+    are those of the finite elements.
+    """
+    if actual.shape != expected.shape or actual.is_complex() != expected.is_complex():
         return Distance(math.inf, math.inf, math.inf, 0.0)
-    a = actual.detach().cpu()
-    e = expected.detach().cpu()
+    a = real_view(actual.detach().cpu())
+    e = real_view(expected.detach().cpu())
     if a.numel() == 0:
         return Distance(0.0, 0.0, 0.0, 0.0)
     if a.dtype == e.dtype and torch.equal(a, e):  # the common case, one cheap comparison
-        scale = float(e.abs().max().item()) if e.dtype.is_floating_point else \
+        scale = _finite_max_abs(e) if e.dtype.is_floating_point else \
             float(e.long().abs().max().item())
         return Distance(0.0, 0.0, 0.0, scale)
     if not a.dtype.is_floating_point:
         diff = (a.long() - e.long()).abs().max().item()
         return Distance(float(diff), float(diff), float(diff), float(e.abs().max().item()))
-    ulp = ulp_distance(a, e) if a.dtype == e.dtype else math.nan
-    a64, e64 = a.double(), e.double()
+    scale = _finite_max_abs(e.double())
+    if non_finite_mismatches(a, e):
+        return Distance(math.inf, math.inf, math.inf, scale)
+    finite = torch.isfinite(e)  # the same positions in ``a`` (no mismatch)
+    if a.dtype == e.dtype:
+        ulp = ulp_distance(a[finite], e[finite]) if finite.any() else 0.0
+    else:
+        ulp = math.nan
+    a64, e64 = a[finite].double(), e[finite].double()
+    if not a64.numel():
+        return Distance(0.0, 0.0, ulp, 0.0)
     err = (a64 - e64).abs()
-    if torch.isnan(a64).any() != torch.isnan(e64).any():
-        return Distance(math.nan, math.nan, ulp, 0.0)
     nonzero = e64 != 0
     rel = float((err[nonzero] / e64[nonzero].abs()).max().item()) if nonzero.any() else 0.0
-    return Distance(float(err.max().item()), rel, ulp, float(e64.abs().max().item()))
+    return Distance(float(err.max().item()), rel, ulp, scale)

@@ -14,7 +14,7 @@ oracle's record, shared by the ``trace.*`` check units:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ddp_conformance.catalog.procedure import synced
 from ddp_conformance.catalog.scenario import Scenario
@@ -22,7 +22,13 @@ from ddp_conformance.judge.oracle import OracleRecord
 from ddp_conformance.ranks.records import RankRecord
 from ddp_conformance.ranks.tracing import REDUCING, Collective
 
-FLOATING = frozenset({"float64", "float32", "float16", "bfloat16"})
+#: Complex dtypes and the real dtype of their parts. torch's reducer allreduces a complex
+#: bucket as its ``view_as_real`` (n complex elements on the wire as 2n real ones); a DDP
+#: that reduces the complex tensor itself sums the same numbers. Both count as reducing
+#: 2n elements of the real dtype, so gradients, wire volumes and bucket sizes are all
+#: counted in real elements.
+REAL_PAIRS = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
+FLOATING = frozenset({"float64", "float32", "float16", "bfloat16"}) | frozenset(REAL_PAIRS)
 #: What ``no_sync`` forbids: reducing or overwriting data across ranks (not gathering).
 SYNCING = REDUCING | {"broadcast", "scatter"}
 STEP_STAGES = frozenset({"forward", "backward"})
@@ -33,13 +39,38 @@ def gradient_reduction(c: Collective) -> bool:
     return c.stage == "backward" and c.kind in REDUCING and c.dtype in FLOATING
 
 
+def as_real(dtype: str, numel: int) -> tuple[str, int]:
+    """``(dtype, numel)`` counted in real elements (:data:`REAL_PAIRS`)."""
+    real = REAL_PAIRS.get(dtype)
+    return (real, 2 * numel) if real else (dtype, numel)
+
+
+def real_counts(by_dtype: Mapping[str, int]) -> dict[str, int]:
+    """Elements per dtype with complex dtypes folded into their real ones (in order)."""
+    out: dict[str, int] = {}
+    for dtype, numel in by_dtype.items():
+        real, n = as_real(dtype, numel)
+        out[real] = out.get(real, 0) + n
+    return out
+
+
+def real_dtypes(dtypes: Iterable[str]) -> frozenset[str]:
+    """``dtypes`` with complex ones replaced by their real dtype."""
+    return frozenset(as_real(d, 0)[0] for d in dtypes)
+
+
+def reduced_numel(oracle: OracleRecord) -> int:
+    """Real elements of the gradients a synced backward reduces (all that require one)."""
+    return sum(real_counts(oracle.numel_by_dtype).values())
+
+
 def gradient_elements(trace: Iterable[Collective]) -> dict[tuple[int, int], tuple[int, int]]:
     """Per (step, microbatch): elements reduced in backward, and the number of collectives."""
     totals: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
     for c in trace:
         if gradient_reduction(c):
             entry = totals[(c.step, c.microbatch)]
-            entry[0] += c.numel
+            entry[0] += as_real(c.dtype, c.numel)[1]
             entry[1] += 1
     return {k: (v[0], v[1]) for k, v in totals.items()}
 
@@ -49,7 +80,8 @@ def elements_by_dtype(trace: Iterable[Collective]) -> dict[tuple[int, int], dict
     seen: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for c in trace:
         if gradient_reduction(c):
-            seen[(c.step, c.microbatch)][c.dtype] += c.numel
+            dtype, numel = as_real(c.dtype, c.numel)
+            seen[(c.step, c.microbatch)][dtype] += numel
     return seen
 
 
@@ -58,7 +90,7 @@ def backward_allreduce_sizes(trace: Iterable[Collective]) -> dict[tuple[int, int
     sizes: dict[tuple[int, int], list[int]] = defaultdict(list)
     for c in trace:
         if gradient_reduction(c):
-            sizes[(c.step, c.microbatch)].append(c.numel)
+            sizes[(c.step, c.microbatch)].append(as_real(c.dtype, c.numel)[1])
     return dict(sizes)
 
 
@@ -85,15 +117,15 @@ def defined_gradients(scenario: Scenario, oracle: OracleRecord, step: int,
 
 
 def needed_by_dtype(oracle: OracleRecord, names: frozenset[str] | None) -> dict[str, int]:
-    """Elements per dtype of the gradients ``names`` (None: all that require gradients),
-    in the model's dtype order."""
+    """Real elements per dtype of the gradients ``names`` (None: all that require
+    gradients), in the model's dtype order (complex folded into real: :func:`as_real`)."""
     if names is None:
-        return dict(oracle.numel_by_dtype)
-    needed = dict.fromkeys(oracle.numel_by_dtype, 0)
+        return real_counts(oracle.numel_by_dtype)
+    needed = dict.fromkeys(real_counts(oracle.numel_by_dtype), 0)
     for name in names:
         p = oracle.initial_params[name]
-        dtype = str(p.dtype).removeprefix("torch.")
-        needed[dtype] = needed.get(dtype, 0) + p.numel()
+        dtype, numel = as_real(str(p.dtype).removeprefix("torch."), p.numel())
+        needed[dtype] = needed.get(dtype, 0) + numel
     return needed
 
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 from ddp_conformance.catalog.scenario import Scenario, SyncStrategy
 from ddp_conformance.judge.registry import Context, check, traced
 from ddp_conformance.judge.trace_facts import (
+    as_real,
     defined_gradients,
     elements_by_dtype,
     gradient_reduction,
     needed_by_dtype,
+    real_counts,
+    real_dtypes,
     synced_microbatches,
 )
 from ddp_conformance.judge.wire_dtypes import holders, lossless, same, shortfall
 
 #: The dtype a comm hook puts on the wire, when it is not the gradients' own.
-HOOK_WIRE_DTYPE = {"fp16_compress": "float16"}
+HOOK_WIRE_DTYPE = {"fp16_compress": "float16", "builtin_fp16_compress": "float16",
+                   "fp16_compress_wrapper": "float16"}
 
 
 def hook_wire_dtype(scenario: Scenario) -> str | None:
@@ -57,12 +61,13 @@ def wire_dtype(ctx: Context) -> None:
     """
     wire = hook_wire_dtype(ctx.scenario)
     _each_reduction(ctx, wire)
-    if not wire and len(ctx.oracle.numel_by_dtype) > 1 and ctx.scenario.trace_volume:
+    if not wire and len(real_counts(ctx.oracle.numel_by_dtype)) > 1 and ctx.scenario.trace_volume:
         _per_dtype_volume(ctx)
 
 
 def _each_reduction(ctx: Context, wire: str | None) -> None:
-    ev, grads = ctx.evidence, ctx.oracle.grad_dtypes
+    # Complex gradients count as their real dtype's (trace_facts.REAL_PAIRS).
+    ev, grads = ctx.evidence, real_dtypes(ctx.oracle.grad_dtypes)
     own = " or ".join(sorted(grads))
     if wire:
         def allowed(w: str) -> bool:
@@ -82,7 +87,7 @@ def _each_reduction(ctx: Context, wire: str | None) -> None:
     ev.ran("trace.dtype")
     for rank, rec in sorted(ctx.records.items()):
         for c in rec.trace:
-            if gradient_reduction(c) and not allowed(c.dtype):
+            if gradient_reduction(c) and not allowed(as_real(c.dtype, c.numel)[0]):
                 ev.fail("trace.dtype", f"step {c.step}, microbatch {c.microbatch}, rank {rank}: "
                         f"gradients reduced as {c.describe()}, {expected}", c.step, rank)
                 break
@@ -103,7 +108,7 @@ def _per_dtype_volume(ctx: Context) -> None:
                 if short is None:
                     continue
                 kinds = " and ".join(short.dtypes)
-                full = sum(oracle.numel_by_dtype.get(d, 0) for d in short.dtypes)
+                full = sum(real_counts(oracle.numel_by_dtype).get(d, 0) for d in short.dtypes)
                 of = (f"the model's {short.needed} {kinds} gradient elements" if short.needed == full
                       else f"the {short.needed} {kinds} gradient elements defined on some rank")
                 into = " or ".join(holders(frozenset(short.dtypes), relation))

@@ -6,6 +6,7 @@ from ddp_conformance.judge.trace_facts import (
     defined_gradients,
     gradient_elements,
     needed_by_dtype,
+    reduced_numel,
     scenario_group_size,
     synced_microbatches,
 )
@@ -38,7 +39,7 @@ def reduced_once(ctx: Context) -> None:
     """
     ev, scenario, oracle = ctx.evidence, ctx.scenario, ctx.oracle
     ev.ran("trace.reduced_once")
-    full = oracle.reduced_numel
+    full = reduced_numel(oracle)  # in real elements: a complex one counts as two
     for rank, rec in sorted(ctx.records.items()):
         totals = gradient_elements(rec.trace)
         if rec.steps and not totals:
