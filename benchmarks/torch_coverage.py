@@ -2,7 +2,10 @@
 
     python benchmarks/torch_coverage.py [--world-size 2] [--from REPORT_DIR]
 
-Runs ``ddp-conformance run --candidate torch --candidate reference --coverage`` over
+Runs ``ddp-conformance run --candidate torch --candidate reference --coverage``, then the
+same with ``--candidate torch-python-reducer`` (torch's DDP in its other reduction mode:
+the per-parameter hooks of ``optimize_ddp="python_reducer"``; without the mixture of
+experts, whose ranks it leaves hanging, and a rank killed at a TIMEOUT loses its data), over
 torch's ``nn/parallel/distributed.py``, ``distributed/algorithms/join.py`` and the
 ``ddp_comm_hooks`` package (or reads the coverage.json of an earlier run with ``--from``),
 takes out the lines ``benchmarks/torch_coverage_exclusions.txt`` lists as unreachable on
@@ -22,6 +25,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tabulate import tabulate
@@ -80,23 +84,67 @@ def check(version: str, exclusions: list[Exclusion]) -> list[str]:
     return problems
 
 
-def run_catalog(world_size: int) -> str:
-    reports = tempfile.mkdtemp(prefix="torch-coverage-")
-    cmd = [sys.executable, "-m", "ddp_conformance", "run", "--candidate", "torch",
-           "--candidate", "reference", "--world-size", str(world_size), "--report-dir", reports]
-    for target in TARGETS:
-        cmd += ["--coverage", target]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
-    last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-    print(f"catalog: exit {proc.returncode}: {last}")
-    return reports
+#: The runs whose coverage is combined: candidates, and a ``-k`` expression or None.
+RUNS: tuple[tuple[tuple[str, ...], str | None], ...] = (
+    (("torch", "reference"), None),
+    (("torch-python-reducer",), "not real/moe"),
+)
+
+
+def run_catalog(world_size: int) -> list[str]:
+    """Every run of :data:`RUNS`; their report directories."""
+    out = []
+    for candidates, keyword in RUNS:
+        reports = tempfile.mkdtemp(prefix="torch-coverage-")
+        cmd = [sys.executable, "-m", "ddp_conformance", "run", "--world-size", str(world_size),
+               "--report-dir", reports]
+        for candidate in candidates:
+            cmd += ["--candidate", candidate]
+        if keyword:
+            cmd += ["-k", keyword]
+        for target in TARGETS:
+            cmd += ["--coverage", target]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+        last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+        print(f"catalog ({', '.join(candidates)}): exit {proc.returncode}: {last}")
+        out.append(reports)
+    return out
+
+
+def combined(report_dirs: list[str]) -> dict[str, Any]:
+    """The union of the runs' coverage.py JSON reports: per file, a line or a function's
+    line run in any run is run."""
+    files: dict[str, Any] = {}
+    for reports in report_dirs:
+        data = json.loads((Path(reports) / "coverage" / "coverage.json").read_text())
+        for path, entry in data["files"].items():
+            if path not in files:
+                files[path] = json.loads(json.dumps(entry))
+                continue
+            mine = files[path]
+            _union(mine, entry)
+            for name, function in entry.get("functions", {}).items():
+                if name in mine.setdefault("functions", {}):
+                    _union(mine["functions"][name], function)
+                else:
+                    mine["functions"][name] = function
+    return {"files": files}
+
+
+def _union(into: dict[str, Any], other: dict[str, Any]) -> None:
+    run = set(into["executed_lines"]) | set(other["executed_lines"])
+    statements = run | set(into["missing_lines"]) | set(other["missing_lines"])
+    into["executed_lines"] = sorted(run)
+    into["missing_lines"] = sorted(statements - run)
+    into.setdefault("summary", {})["covered_lines"] = len(run)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--from", dest="from_dir", metavar="REPORT_DIR",
-                        help="read REPORT_DIR/coverage/coverage.json instead of running")
+    parser.add_argument("--from", dest="from_dirs", metavar="REPORT_DIR", action="append",
+                        help="read REPORT_DIR/coverage/coverage.json instead of running "
+                             "(repeatable: the runs are combined)")
     args = parser.parse_args()
     version, exclusions = read_exclusions(EXCLUSIONS)
     problems = check(version, exclusions)
@@ -104,8 +152,7 @@ def main() -> int:
         for p in problems:
             print(f"exclusion file does not match: {p}", file=sys.stderr)
         return 1
-    reports = args.from_dir or run_catalog(args.world_size)
-    data = json.loads((Path(reports) / "coverage" / "coverage.json").read_text())
+    data = combined(args.from_dirs or run_catalog(args.world_size))
     excluded: dict[str, set[int]] = {}
     for e in exclusions:
         excluded.setdefault(e.file, set()).update(range(e.first, e.last + 1))

@@ -17,7 +17,16 @@ from torch import Tensor, nn
 from ddp_conformance.catalog.models import get_model
 from ddp_conformance.catalog.scenario import Accumulate, Scenario
 
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "zero_sgd")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "zero_sgd", "fused_sgd")
+
+
+class SteppedInBackward(torch.optim.SGD):
+    """The rank's optimizer under ``fused_sgd``: torch's ``_register_fused_optim`` steps
+    every parameter in backward, so ``step`` has nothing left to do; ``zero_grad`` is
+    SGD's."""
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        return None
 
 
 def make_optimizer(scenario: Scenario, params: Iterable[nn.Parameter],
@@ -29,7 +38,9 @@ def make_optimizer(scenario: Scenario, params: Iterable[nn.Parameter],
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr=scenario.lr)
-    if scenario.optimizer in ("sgd", "zero_sgd"):
+    if scenario.optimizer == "fused_sgd" and distributed:
+        return SteppedInBackward(params, lr=scenario.lr)
+    if scenario.optimizer in ("sgd", "zero_sgd", "fused_sgd"):
         return torch.optim.SGD(params, lr=scenario.lr)
     if scenario.optimizer == "sgd_momentum":
         return torch.optim.SGD(params, lr=scenario.lr, momentum=0.9)
@@ -163,14 +174,55 @@ def _allreduce_to_new_tensor(group, bucket):  # type: ignore[no-untyped-def]
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
-    """(state, hook) of one of torch's built-in comm hooks, by name."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+def _misannotated_bucket(group: Any, bucket: int) -> Any:
+    """torch's allreduce hook with ``bucket`` annotated ``int``: DDP must refuse it."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    return default_hooks.allreduce_hook(group, bucket)  # type: ignore[arg-type]
+
+
+def _misannotated_return(group, bucket) -> int:  # type: ignore[no-untyped-def]
+    """torch's allreduce hook whose return annotation is ``int``: DDP must refuse it."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return default_hooks.allreduce_hook(group, bucket)  # type: ignore[return-value]
+
+
+def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
+    """(state, hook) of one of torch's comm hooks, by name; for the ``builtin_`` ones,
+    ``(None, dist.BuiltinCommHookType.X)`` (``_register_builtin_comm_hook`` takes the type)."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import (
+        default_hooks,
+        post_localSGD_hook,
+        powerSGD_hook,
+    )
+
+    if name.startswith("builtin_"):
+        return None, getattr(dist.BuiltinCommHookType, name.removeprefix("builtin_").upper())
     if name == "allreduce":
         return process_group, default_hooks.allreduce_hook
     if name == "fp16_compress":
         return process_group, default_hooks.fp16_compress_hook
+    if name == "fp16_compress_wrapper":
+        return process_group, default_hooks.fp16_compress_wrapper(default_hooks.allreduce_hook)
+    if name == "post_local_sgd":
+        # The local subgroup is the whole DDP group: from start_localSGD_iter on the hook
+        # allreduces within it, which is the global allreduce again (same values).
+        return post_localSGD_hook.PostLocalSGDState(
+            process_group=process_group, subgroup=process_group,
+            start_localSGD_iter=2), post_localSGD_hook.post_localSGD_hook
+    if name == "batched_powersgd":
+        # Two vanilla steps (an allreduce divided by the group size), then one square
+        # matrix per bucket at rank 2 (torch 2.13 fails there: see the scenario).
+        state = powerSGD_hook.PowerSGDState(
+            process_group=process_group, matrix_approximation_rank=2,
+            start_powerSGD_iter=2, use_error_feedback=True, warm_start=False, random_seed=0)
+        return state, powerSGD_hook.batched_powerSGD_hook
+    if name == "misannotated_bucket":
+        return process_group, _misannotated_bucket
+    if name == "misannotated_return":
+        return process_group, _misannotated_return
     if name == "allreduce_to_new_tensor":
         return process_group, _allreduce_to_new_tensor
     if name == "powersgd":
@@ -184,3 +236,29 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
             warm_start=False, random_seed=0)
         return state, powerSGD_hook.powerSGD_hook
     raise ValueError(f"unknown comm hook {name!r}")
+
+
+def _broadcast_buffers_hook(group: Any, named_buffers: dict[str, Tensor]) -> list[Any]:
+    """A buffer comm hook that broadcasts every buffer from the group's rank 0: DDP's own
+    pre-forward broadcast, through ``_register_buffer_comm_hook``. Returns the futures,
+    which DDP awaits at the end of backward (``_install_post_backward_futures``); the
+    values are in place as soon as each broadcast completes, which ``wait`` ensures
+    before the forward reads them."""
+    import torch.distributed as dist
+
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    futures = []
+    for buffer in named_buffers.values():
+        work = dist.broadcast(buffer, src=src, group=group, async_op=True)
+        work.wait()
+        futures.append(work.get_future())
+    return futures
+
+
+def make_buffer_hook(name: str, process_group: Any) -> tuple[Any, Any, Any]:
+    """(state, hook, location) of a buffer comm hook, by name (``Scenario.buffer_comm_hook``)."""
+    from torch.nn.parallel.distributed import _BufferCommHookLocation
+
+    if name == "broadcast_pre_forward":
+        return process_group, _broadcast_buffers_hook, _BufferCommHookLocation.PRE_FORWARD
+    raise ValueError(f"unknown buffer comm hook {name!r}")

@@ -53,6 +53,9 @@ class Optimizer(StringEnum):
     ADAM = "adam"
     #: SGD sharded by ``ZeroRedundancyOptimizer`` (plain SGD for the oracle).
     ZERO_SGD = "zero_sgd"
+    #: SGD registered with torch's ``_register_fused_optim``: each parameter is stepped in
+    #: backward, right after its bucket is reduced (plain SGD for the oracle).
+    FUSED_SGD = "fused_sgd"
 
 
 class Init(StringEnum):
@@ -79,6 +82,43 @@ class CommHook(StringEnum):
     #: An allreduce whose future returns a new tensor (DDP must copy what it returns).
     ALLREDUCE_TO_NEW_TENSOR = "allreduce_to_new_tensor"
     POWERSGD = "powersgd"
+    #: ``fp16_compress_wrapper(allreduce_hook)``: the allreduce hook on a float16 bucket.
+    FP16_COMPRESS_WRAPPER = "fp16_compress_wrapper"
+    #: PowerSGD over the whole bucket as one square matrix (``batched_powerSGD_hook``).
+    BATCHED_POWERSGD = "batched_powersgd"
+    #: ``post_localSGD_hook`` whose local subgroup is the whole DDP group: a global
+    #: allreduce before ``start_localSGD_iter``, the subgroup's after; the same values.
+    POST_LOCAL_SGD = "post_local_sgd"
+    #: torch's C++ hooks, registered with ``_register_builtin_comm_hook``.
+    BUILTIN_ALLREDUCE = "builtin_allreduce"
+    BUILTIN_FP16_COMPRESS = "builtin_fp16_compress"
+    #: An allreduce hook whose ``bucket`` is annotated as something else than
+    #: ``dist.GradBucket``, and one whose return annotation is not
+    #: ``torch.futures.Future[torch.Tensor]``: DDP refuses both at registration.
+    MISANNOTATED_BUCKET = "misannotated_bucket"
+    MISANNOTATED_RETURN = "misannotated_return"
+
+    @property
+    def builtin(self) -> bool:
+        """Registered with ``_register_builtin_comm_hook``, not ``register_comm_hook``."""
+        return self.value.startswith("builtin_")
+
+
+class BufferHook(StringEnum):
+    """Buffer comm hooks (``_register_buffer_comm_hook``,
+    ``catalog.procedure.make_buffer_hook``)."""
+
+    #: Broadcast every buffer from group rank 0 where DDP would (``PRE_FORWARD``): the same
+    #: values as DDP's own broadcast, through the hook.
+    BROADCAST_PRE_FORWARD = "broadcast_pre_forward"
+
+
+class WrapperCopy(StringEnum):
+    """How the wrapper is copied mid-run (torch's ``__getstate__``/``__setstate__``)."""
+
+    PICKLE = "pickle"
+    DEEPCOPY = "deepcopy"
+    TORCH_SAVE = "torch_save"
 
 
 @dataclass(frozen=True)
@@ -168,12 +208,27 @@ class Scenario:
     #: Training forwards under ``torch.autocast`` with this dtype ("bfloat16"); the
     #: parameters (the master weights) stay in their dtype.
     autocast: str | None = None
+    #: A buffer comm hook registered after wrapping (``_register_buffer_comm_hook``).
+    buffer_comm_hook: BufferHook | None = None
+    #: Before this step's ``zero_grad``, ``_update_process_group`` to a new group of the
+    #: same ranks (created with ``new_group`` on every rank); training goes on over it.
+    update_process_group_at: int | None = None
+    #: Before step ``copy_wrapper_at`` the wrapper is copied this way and training goes on
+    #: with the copy (a new module; the optimizer, plain SGD, is rebuilt over it).
+    copy_wrapper: WrapperCopy | None = None
+    copy_wrapper_at: int = 1
+    #: After every backward, ``dist.barrier`` on the DDP group: the synchronisation a Gloo
+    #: user needs before reading what ``delay_all_reduce_named_params`` reduces (torch's
+    #: DDP launches that all-reduce and never waits for it; on NCCL the stream orders it,
+    #: and Gloo's barrier waits for every earlier collective of the group).
+    barrier_after_backward: bool = False
 
     def __post_init__(self) -> None:
         """Convert the enum fields given by value, and refuse what cannot run."""
         convert: dict[str, type[StringEnum]] = {
             "accumulate": Accumulate, "optimizer": Optimizer, "init": Init,
-            "sync_strategy": SyncStrategy, "comm_hook": CommHook}
+            "sync_strategy": SyncStrategy, "comm_hook": CommHook,
+            "buffer_comm_hook": BufferHook, "copy_wrapper": WrapperCopy}
         for name, enum_type in convert.items():
             value = getattr(self, name)
             if value is not None:
@@ -194,6 +249,9 @@ class Scenario:
         if self.autocast not in (None, "bfloat16", "float16"):
             raise ValueError(f"scenario {self.id!r}: autocast={self.autocast!r} is not one of "
                              f"None, 'bfloat16', 'float16'")
+        if self.copy_wrapper is not None and self.optimizer != Optimizer.SGD:
+            raise ValueError(f"scenario {self.id!r}: copy_wrapper rebuilds the optimizer, so "
+                             f"it needs the stateless optimizer 'sgd'")
         if self.eval_between_steps and self.join is not None:
             raise ValueError(f"scenario {self.id!r}: eval_between_steps under Join is not "
                              f"modelled (joined ranks shadow no eval forward)")
@@ -212,7 +270,16 @@ class Scenario:
         if self.sync_strategy is not None:
             needs.add(Capability.SYNC_STRATEGY.value)
         if self.comm_hook is not None:
-            needs.add(Capability.COMM_HOOK.value)
+            needs.add((Capability.BUILTIN_COMM_HOOK if self.comm_hook.builtin
+                       else Capability.COMM_HOOK).value)
+        if self.buffer_comm_hook is not None:
+            needs.add(Capability.BUFFER_COMM_HOOK.value)
+        if self.optimizer is Optimizer.FUSED_SGD:
+            needs.add(Capability.FUSED_OPTIM.value)
+        if self.update_process_group_at is not None:
+            needs.add(Capability.UPDATE_PROCESS_GROUP.value)
+        if self.copy_wrapper is not None:
+            needs.add(Capability.PICKLE.value)
         return frozenset(needs)
 
     def steps_for(self, group_rank: int) -> int:
@@ -238,7 +305,21 @@ class Scenario:
         return ""
 
     def broadcasts_buffers(self) -> bool:
-        return bool(self.ddp_options.get("broadcast_buffers", True))
+        """Whether DDP broadcasts buffers before forwards (torch 2.13: ``forward_sync_buffers``
+        wins over the deprecated ``broadcast_buffers``; both default to True)."""
+        if self.ddp_options.get("forward_sync_buffers") is not None:
+            return bool(self.ddp_options["forward_sync_buffers"])
+        return self.ddp_options.get("broadcast_buffers") in (None, True)
+
+    def init_syncs_buffers(self) -> bool:
+        """Whether the constructor broadcasts rank 0's buffers: always when
+        ``forward_sync_buffers`` is given, else as ``broadcast_buffers`` (torch 2.13's
+        ``init_sync_buffers``), and never without ``init_sync``."""
+        if not self.ddp_options.get("init_sync", True):
+            return False
+        if self.ddp_options.get("forward_sync_buffers") is not None:
+            return True
+        return self.ddp_options.get("broadcast_buffers") in (None, True)
 
     def init_seed(self, rank: int) -> int:
         """Seed of the model's initial weights on ``rank``."""

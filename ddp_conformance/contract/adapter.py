@@ -52,6 +52,10 @@ class Adapter(ABC):
     @abstractmethod
     def zero_grad(self, set_to_none: bool) -> None: ...
 
+    def train(self, mode: bool) -> None:
+        """Training (True) or evaluation (False) mode, as a user sets it on what they hold."""
+        self.module.train(mode)
+
     def no_sync(self) -> ContextManager[None]:
         raise NotImplementedError("no_sync")
 
@@ -64,6 +68,28 @@ class Adapter(ABC):
     def sync_context(self, is_final_microbatch: bool, strategy: str) -> ContextManager[None]:
         """One microbatch's forward and backward under a Composer sync strategy."""
         raise NotImplementedError("sync_context")
+
+    def register_builtin_comm_hook(self, hook_type: Any) -> None:
+        """torch's ``_register_builtin_comm_hook(dist.BuiltinCommHookType.X)``."""
+        raise NotImplementedError("register_builtin_comm_hook")
+
+    def register_buffer_comm_hook(self, state: Any, hook: Callable[..., Any], location: Any) -> None:
+        """torch's ``_register_buffer_comm_hook(state, hook, location)``: buffers are synced
+        by ``hook(state, named_buffers)`` where DDP would broadcast them."""
+        raise NotImplementedError("register_buffer_comm_hook")
+
+    def register_fused_optim(self, optim_cls: type, *args: Any, **kwargs: Any) -> None:
+        """torch's ``_register_fused_optim``: each parameter is stepped in backward, right
+        after its gradient is reduced; ``step`` then has nothing left to do."""
+        raise NotImplementedError("register_fused_optim")
+
+    def update_process_group(self, group: Any) -> None:
+        """torch's ``_update_process_group(group)``: reduce over ``group`` from now on."""
+        raise NotImplementedError("update_process_group")
+
+    def copy_wrapper(self, copier: Callable[[nn.Module], nn.Module]) -> nn.Module:
+        """Go on with ``copier(wrapper)``; return the module the copy wraps."""
+        raise NotImplementedError("copy_wrapper")
 
     def gradients(self) -> dict[str, Tensor | None]:
         """Full, dense gradients (a sparse gradient is reported densified)."""
@@ -98,6 +124,10 @@ class WrappedModuleAdapter(Adapter):
 
     def backward(self, loss: Tensor) -> None:
         loss.backward()
+
+    def train(self, mode: bool) -> None:
+        """``model.train(mode)`` on the wrapper, as a user of DDP calls it."""
+        self.wrapped.train(mode)
 
     def step(self) -> None:
         assert self.optimizer is not None, "set_optimizer first"

@@ -21,6 +21,16 @@ class Capability(str, enum.Enum):
     JOIN = "join"
     COMM_HOOK = "comm_hook"
     SYNC_STRATEGY = "sync_strategy"
+    #: ``_register_builtin_comm_hook(dist.BuiltinCommHookType)``: torch's C++ hooks.
+    BUILTIN_COMM_HOOK = "builtin_comm_hook"
+    #: ``_register_buffer_comm_hook(state, hook, location)``: buffers synced by a hook.
+    BUFFER_COMM_HOOK = "buffer_comm_hook"
+    #: ``_register_fused_optim(optim_cls, *args, **kwargs)``: the optimizer runs in backward.
+    FUSED_OPTIM = "fused_optim"
+    #: ``_update_process_group(new_group)``: training goes on over another group.
+    UPDATE_PROCESS_GROUP = "update_process_group"
+    #: The wrapper pickles (``copy.deepcopy``, ``pickle``, ``torch.save``) and the copy trains.
+    PICKLE = "pickle"
 
     @staticmethod
     def option(name: str) -> str:
@@ -28,11 +38,24 @@ class Capability(str, enum.Enum):
         return f"option:{name}"
 
 
-#: Constructor keywords of torch's DDP that scenarios may set.
+#: Constructor keywords of torch's DDP that scenarios may set (torch 2.13's whole
+#: signature but ``module``, ``process_group`` and the device arguments). A scenario gives
+#: them as plain data; :mod:`ddp_conformance.catalog.ddp_options` turns names into the
+#: objects torch takes (a dtype name into a dtype, a parameter name into the parameter).
 DDP_OPTIONS = (
     "broadcast_buffers", "bucket_cap_mb", "find_unused_parameters",
     "gradient_as_bucket_view", "static_graph", "init_sync",
+    "bucket_cap_mb_list", "forward_sync_buffers", "skip_all_reduce_unused_params",
+    "batched_grad_copy", "device_mesh", "mixed_precision", "delay_all_reduce_named_params",
+    "param_to_hook_all_reduce", "check_reduction",
 )
+#: The DDP methods (torch 2.13's, private ones included) that stand for a capability.
+METHOD_CAPABILITIES = {
+    "_register_builtin_comm_hook": Capability.BUILTIN_COMM_HOOK,
+    "_register_buffer_comm_hook": Capability.BUFFER_COMM_HOOK,
+    "_register_fused_optim": Capability.FUSED_OPTIM,
+    "_update_process_group": Capability.UPDATE_PROCESS_GROUP,
+}
 #: The Joinable protocol (``torch.distributed.algorithms.join.Joinable``): what Join needs.
 JOINABLE_ATTRIBUTES = ("join_hook", "join_device", "join_process_group")
 

@@ -26,6 +26,7 @@ from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import (
     DDP_OPTIONS,
     JOINABLE_ATTRIBUTES,
+    METHOD_CAPABILITIES,
     Capabilities,
     Capability,
 )
@@ -37,7 +38,7 @@ class DDPLikeAdapter(WrappedModuleAdapter):
     def __init__(self, ddp: nn.Module, module: nn.Module, accepted: frozenset[str]) -> None:
         self.ddp = self.wrapped = ddp
         self.module = module
-        self.capabilities = accepted | _instance_capabilities(ddp)
+        self.capabilities = accepted | _instance_capabilities(ddp) | {Capability.PICKLE.value}
 
     def no_sync(self) -> ContextManager[None]:
         return self.ddp.no_sync()  # type: ignore[operator]
@@ -58,6 +59,27 @@ class DDPLikeAdapter(WrappedModuleAdapter):
 
         return ddp_sync_context(self.ddp, is_final_microbatch, strategy)
 
+    def register_builtin_comm_hook(self, hook_type: Any) -> None:
+        self.ddp._register_builtin_comm_hook(hook_type)  # type: ignore[operator]
+
+    def register_buffer_comm_hook(self, state: Any, hook: Callable[..., Any], location: Any) -> None:
+        self.ddp._register_buffer_comm_hook(state, hook, location)  # type: ignore[operator]
+
+    def register_fused_optim(self, optim_cls: type, *args: Any, **kwargs: Any) -> None:
+        self.ddp._register_fused_optim(optim_cls, *args, **kwargs)  # type: ignore[operator]
+
+    def update_process_group(self, group: Any) -> None:
+        self.ddp._update_process_group(group)  # type: ignore[operator]
+
+    def copy_wrapper(self, copier: Callable[[nn.Module], nn.Module]) -> nn.Module:
+        """Replace the DDP by ``copier(ddp)`` (a pickled, deep-copied or ``torch.save``d
+        copy, as torch's ``__getstate__``/``__setstate__`` allow); return the copy's
+        module, which the caller trains from now on. The optimizer is rebuilt by the
+        caller over the copy's parameters."""
+        self.ddp = self.wrapped = copier(self.ddp)
+        self.module = self.ddp.module  # type: ignore[assignment]
+        return self.module
+
 
 def _instance_capabilities(obj: Any) -> Capabilities:
     """The features ``obj`` (a DDP-like instance, or its class) has, with a note for a
@@ -69,6 +91,8 @@ def _instance_capabilities(obj: Any) -> Capabilities:
         caps.update((Capability.NO_SYNC.value, Capability.SYNC_STRATEGY.value))
     if all(hasattr(obj, a) for a in JOINABLE_ATTRIBUTES):
         caps.add(Capability.JOIN.value)
+    caps.update(cap.value for name, cap in METHOD_CAPABILITIES.items()
+                if callable(getattr(obj, name, None)))
     if callable(getattr(obj, "register_comm_hook", None)):
         other = _other_signature(_as_bound(obj, "register_comm_hook"))
         if other is None:
@@ -122,13 +146,16 @@ def ddp_like_candidate(name: str, factory: Callable[..., nn.Module], version: st
 
     def wrap(module: nn.Module, process_group: Any, device: torch.device,
              **ddp_options: Any) -> Adapter:
-        kwargs: dict[str, Any] = dict(ddp_options, process_group=process_group)
+        kwargs: dict[str, Any] = dict(ddp_options)
+        if "device_mesh" not in kwargs:  # torch refuses both (the mesh names the group)
+            kwargs["process_group"] = process_group
         if takes_device_ids and device.type == "cuda":
             kwargs["device_ids"] = [device]
         return DDPLikeAdapter(factory(module, **kwargs), module, accepted)
 
     is_class = inspect.isclass(factory)
-    caps = accepted | (_instance_capabilities(factory) if is_class else frozenset())
+    caps = accepted | (_instance_capabilities(factory) if is_class else frozenset()) \
+        | {Capability.PICKLE.value}
     return Candidate(name=name, wrap=wrap, capabilities=caps, version=version,
                      description=description or _first_doc_line(factory),
                      late_capabilities=not is_class)

@@ -7,6 +7,7 @@ DDP-like callable (:mod:`ddp_conformance.contract.ddp_like`).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import sys
 from collections.abc import Callable
@@ -23,8 +24,12 @@ from ddp_conformance.user_import import import_user_module
 def _torch_candidate() -> Candidate:
     from torch.nn.parallel import DistributedDataParallel
 
-    return ddp_like_candidate("torch", DistributedDataParallel, torch.__version__,
-                              "torch.nn.parallel.DistributedDataParallel (C++ reducer)")
+    from ddp_conformance.builtins._common import expectations_file
+
+    candidate = ddp_like_candidate("torch", DistributedDataParallel, torch.__version__,
+                                   "torch.nn.parallel.DistributedDataParallel (C++ reducer)")
+    # torch's own defects, each shown by a standalone script (tests/standalone/).
+    return dataclasses.replace(candidate, expectations=expectations_file("torch"))
 
 
 def _reference_candidate() -> Candidate:

@@ -114,9 +114,11 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
     world_size = len(ranks)
     model = build_module(scenario, ranks[0], device)
     broadcast = scenario.broadcasts_buffers()
-    # Without broadcast_buffers DDP's init sync leaves each rank's own initial buffers.
+    # Without broadcast_buffers DDP's init sync leaves each rank's own initial buffers
+    # (forward_sync_buffers=False still syncs them at init: Scenario.init_syncs_buffers).
     rank_buffers = {
-        r: _clone(dict(model.named_buffers())) if broadcast or scenario.init == "same"
+        r: _clone(dict(model.named_buffers()))
+        if scenario.init_syncs_buffers() or scenario.init == "same"
         else _clone(dict(build_module(scenario, r, device).named_buffers()))
         for r in ranks
     }

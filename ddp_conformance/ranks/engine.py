@@ -14,11 +14,13 @@ from typing import Any
 
 import torch
 
+from ddp_conformance.catalog.ddp_options import materialize
 from ddp_conformance.catalog.models import get_model
 from ddp_conformance.catalog.procedure import (
     batch,
     build_module,
     forward_context,
+    make_buffer_hook,
     make_comm_hook,
     make_optimizer,
     seed_forward,
@@ -88,7 +90,8 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
     group_rank, group_size = group_ranks.index(rank), len(group_ranks)
     module = build_module(scenario, rank, device)
     try:
-        adapter = candidate.wrap(module, process_group, device, **scenario.ddp_options)
+        options = materialize(scenario.ddp_options, module, process_group, device)
+        adapter = candidate.wrap(module, process_group, device, **options)
         # Right after wrapping, before anything is read: frameworks that build their
         # engine around the optimizer (DeepSpeed, fairscale's OSS) do it, and sync, here.
         adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
@@ -100,8 +103,7 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
     if na:
         return RankRecord(rank, not_applicable=na)
     try:
-        for _ in range(scenario.comm_hook_registrations if scenario.comm_hook else 0):
-            adapter.register_comm_hook(*make_comm_hook(scenario.comm_hook or "", process_group))
+        _register_hooks(scenario, adapter, process_group)
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
         if scenario.expect_error is None:
             raise
@@ -111,30 +113,74 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
     clock.enter("record")
     record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
     at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
-    hook = module.register_forward_pre_hook(
-        lambda mod, args: at_forward.append(_snapshot(mod.named_buffers())))
-    join = (adapter.join(divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
-                         throw_on_early_termination=scenario.join.throw_on_early_termination)
-            if scenario.join else contextlib.nullcontext())
+    hooks = [_snapshot_buffers_at_forward(module, at_forward)]
     steps = scenario.steps_for(group_rank)
     clock.enter("steps")
     try:
+        # Join's constructor may refuse (joinables on different groups): inside the try.
+        join = (adapter.join(
+            divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
+            throw_on_early_termination=scenario.join.throw_on_early_termination)
+            if scenario.join else contextlib.nullcontext())
         with join:
             _train(scenario, adapter, module, record, steps, at_forward, rank, group_size,
-                   device, clock)
+                   device, clock, process_group, hooks)
             TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
         if scenario.expect_error is None:
             raise
         record.raised = f"{type(exc).__name__}: {exc}"
     finally:
-        hook.remove()
+        for handle in hooks:
+            handle.remove()
     TRACER.phase("record", steps)
     clock.enter("record")
     record.final_params = adapter.parameters()
     record.final_buffers = adapter.buffers()
     record.trace = TRACER.take()
     return record
+
+
+def _snapshot_buffers_at_forward(module: torch.nn.Module, at_forward: list[Tensors]) -> Any:
+    """A forward pre-hook on the unwrapped module that appends its buffers to
+    ``at_forward`` (after any broadcast the candidate did in its own forward); its handle."""
+    return module.register_forward_pre_hook(
+        lambda mod, args: at_forward.append(_snapshot(mod.named_buffers())))
+
+
+def _register_hooks(scenario: Scenario, adapter: Adapter, process_group: Any) -> None:
+    """After wrapping: the scenario's comm hook (``comm_hook_registrations`` times; a
+    ``builtin_`` one through ``_register_builtin_comm_hook``), its buffer comm hook, and
+    the fused optimizer (``fused_sgd``: torch's ``_register_fused_optim``)."""
+    for _ in range(scenario.comm_hook_registrations if scenario.comm_hook else 0):
+        state, hook = make_comm_hook(str(scenario.comm_hook), process_group)
+        if scenario.comm_hook is not None and scenario.comm_hook.builtin:
+            adapter.register_builtin_comm_hook(hook)
+        else:
+            adapter.register_comm_hook(state, hook)
+    if scenario.buffer_comm_hook is not None:
+        adapter.register_buffer_comm_hook(*make_buffer_hook(str(scenario.buffer_comm_hook),
+                                                            process_group))
+    if scenario.optimizer == "fused_sgd":
+        adapter.register_fused_optim(torch.optim.SGD, lr=scenario.lr)
+
+
+def _copy_wrapper(how: str) -> Any:
+    """The copier of ``Scenario.copy_wrapper``: through ``pickle``, ``copy.deepcopy`` or
+    ``torch.save``/``torch.load`` (torch's DDP pickles with the default group only)."""
+    import copy
+    import io
+    import pickle
+
+    def through_torch_save(obj: Any) -> Any:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        buffer.seek(0)
+        return torch.load(buffer, weights_only=False)
+
+    copiers: dict[str, Any] = {"pickle": lambda obj: pickle.loads(pickle.dumps(obj)),
+                               "deepcopy": copy.deepcopy, "torch_save": through_torch_save}
+    return copiers[how]
 
 
 def _join_groups(groups: tuple[tuple[int, ...], ...], rank: int) -> tuple[Any, list[int]]:
@@ -152,23 +198,39 @@ def _join_groups(groups: tuple[tuple[int, ...], ...], rank: int) -> tuple[Any, l
 
 def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record: RankRecord,
            steps: int, at_forward: list[Tensors], rank: int, world_size: int,
-           device: torch.device, clock: PhaseClock) -> None:
+           device: torch.device, clock: PhaseClock, process_group: Any,
+           hooks: list[Any]) -> None:
     """The training loop: per step, the model's ``before_step``, the eval forward
     (``eval_between_steps``), zero_grad, the microbatches (each ``forwards`` forwards and
     one backward), record, optimizer step.
 
     ``module`` is the unwrapped model; ``world_size`` is the DDP group's size (what the
     data is scaled by for exactness); ``clock`` gets the snapshots as ``record``, the rest
-    as ``steps``.
+    as ``steps``. ``process_group``: the DDP group (None: the default one); ``hooks``:
+    the handles of the buffer snapshots at forward, replaced when the wrapper is copied.
     """
     spec = get_model(scenario.model)
     last = scenario.microbatches - 1
     for step in range(steps):
+        if scenario.update_process_group_at == step:
+            import torch.distributed as dist
+
+            members = dist.get_process_group_ranks(process_group or dist.group.WORLD)
+            adapter.update_process_group(dist.new_group(members))
+        if scenario.copy_wrapper is not None and scenario.copy_wrapper_at == step:
+            # Training goes on with the copy: a new module, a new optimizer over it, and
+            # the buffer snapshots taken at its forwards (the harness's hook is taken off
+            # first: it is no part of the user's model, and a closure does not pickle).
+            for handle in hooks:
+                handle.remove()
+            module = adapter.copy_wrapper(_copy_wrapper(str(scenario.copy_wrapper)))
+            adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
+            hooks[:] = [_snapshot_buffers_at_forward(module, at_forward)]
         if spec.before_step is not None:
             spec.before_step(module, step)
         if scenario.eval_between_steps and step > 0:
             TRACER.phase("eval", step)
-            _eval_forward(scenario, adapter, module, rank, step, world_size, device)
+            _eval_forward(scenario, adapter, rank, step, world_size, device)
         TRACER.phase("zero_grad", step)
         clock.enter("steps")
         adapter.zero_grad(scenario.zero_grad_set_to_none)
@@ -188,6 +250,10 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
                     loss = loss + spec.loss(out, target)
                 TRACER.phase("backward", step, mb)
                 adapter.backward(loss)
+                if scenario.barrier_after_backward:
+                    import torch.distributed as dist
+
+                    dist.barrier(group=process_group)
         TRACER.phase("record", step)
         clock.enter("record")
         # The contract asks for dense copies (Adapter.gradients makes them); a sparse one
@@ -206,18 +272,18 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
     clock.enter("steps")
 
 
-def _eval_forward(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, rank: int,
-                  step: int, world_size: int, device: torch.device) -> None:
+def _eval_forward(scenario: Scenario, adapter: Adapter, rank: int, step: int,
+                  world_size: int, device: torch.device) -> None:
     """A validation forward through the candidate: ``eval()`` mode, ``torch.no_grad()``
     (DDP then neither prepares a backward nor, at the next forward, broadcasts buffers)."""
     inputs, _ = batch(scenario, rank, step, -1, world_size, device)
     seed_forward(scenario, rank, step, -1)
-    module.eval()
+    adapter.train(False)
     try:
         with torch.no_grad():
             adapter.forward(*inputs)
     finally:
-        module.train()
+        adapter.train(True)
 
 
 def _unknowable(candidate: Candidate) -> frozenset[str]:

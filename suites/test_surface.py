@@ -1,0 +1,129 @@
+"""torch 2.13 DDP's surface beyond the classic options: the newer constructor keywords,
+torch's comm-hook modules and C++ hooks, buffer comm hooks, the fused optimizer,
+``_update_process_group`` and a wrapper copied mid-run."""
+from ddp_conformance import JoinSpec, Scenario
+
+SCENARIOS = [
+    # --- constructor keywords ------------------------------------------------------------
+    Scenario("surface/bucket-cap-mb-list", "mlp", steps=3,
+             ddp_options={"bucket_cap_mb_list": [0.0002, 0.0005, 1]},
+             description="bucket_cap_mb_list: a cap per bucket, for the first layout and the "
+                         "rebuild"),
+    Scenario("surface/bucket-cap-mb-list-find-unused", "unused_always_and_alternate", steps=4,
+             ddp_options={"bucket_cap_mb_list": [0.0001, 0.001],
+                          "find_unused_parameters": True},
+             description="bucket_cap_mb_list with find_unused_parameters (initial buckets "
+                         "from the list)"),
+    Scenario("surface/forward-sync-buffers-off", "conv_bn", steps=3, init="per_rank",
+             ddp_options={"forward_sync_buffers": False},
+             description="forward_sync_buffers=False: buffers synced at init, never in "
+                         "forward"),
+    Scenario("surface/forward-sync-buffers-wins", "conv_bn", steps=3,
+             ddp_options={"forward_sync_buffers": True, "broadcast_buffers": False},
+             description="forward_sync_buffers given: the deprecated broadcast_buffers is "
+                         "ignored (a FutureWarning)"),
+    Scenario("surface/broadcast-buffers-explicit", "conv_bn", steps=2,
+             ddp_options={"broadcast_buffers": True},
+             description="broadcast_buffers given (deprecated, a FutureWarning): still "
+                         "honoured"),
+    Scenario("surface/skip-all-reduce-unused", "unused_always_and_alternate", steps=4,
+             ddp_options={"find_unused_parameters": True,
+                          "skip_all_reduce_unused_params": True},
+             description="skip_all_reduce_unused_params: parameters unused on every rank "
+                         "are not reduced; their gradients stay None"),
+    Scenario("surface/batched-grad-copy", "mlp", steps=3,
+             ddp_options={"batched_grad_copy": True, "bucket_cap_mb": 0.0005},
+             description="batched_grad_copy: the same gradients"),
+    Scenario("surface/device-mesh", "mlp", steps=3, ddp_options={"device_mesh": True},
+             description="a 1-D DeviceMesh over the group instead of process_group"),
+    Scenario("surface/check-reduction", "mlp", steps=2, ddp_options={"check_reduction": True},
+             description="check_reduction (deprecated, a FutureWarning): no effect"),
+    # torch's DDP launches the delayed all-reduce from a hook on the first layer's weight,
+    # whose gradient comes last, so the last layer's (delayed) gradients are in the flat
+    # buffer by then; it never waits for it (barrier_after_backward: what a Gloo user does).
+    Scenario("surface/delay-all-reduce", "mlp", steps=3, barrier_after_backward=True,
+             ddp_options={"delay_all_reduce_named_params": ["4.weight", "4.bias"],
+                          "param_to_hook_all_reduce": "0.weight"},
+             description="delay_all_reduce_named_params: the last layer reduced in one "
+                         "flat buffer, launched from the first layer's gradient hook"),
+    # --- comm hooks --------------------------------------------------------------------
+    Scenario("surface/builtin-allreduce", "mlp", comm_hook="builtin_allreduce",
+             ddp_options={"bucket_cap_mb": 0.0005},
+             description="_register_builtin_comm_hook(ALLREDUCE): torch's C++ allreduce hook"),
+    # A float16 reduction: the argument of comm-hooks/fp16-compress (8 u of float16).
+    Scenario("surface/builtin-fp16-compress", "mlp", comm_hook="builtin_fp16_compress",
+             rtol=4e-3, description="_register_builtin_comm_hook(FP16_COMPRESS)"),
+    Scenario("surface/fp16-compress-wrapper", "mlp", comm_hook="fp16_compress_wrapper",
+             rtol=4e-3, description="fp16_compress_wrapper(allreduce_hook): float16 bucket, "
+                                    "float16 tolerance"),
+    # torch 2.13's batched_powerSGD_hook raises AssertionError at its first compressed
+    # step, on any backend (it hands a 2-D Q to _orthogonalize, which takes 3-D batches:
+    # tests/standalone/batched_powersgd_hook.py). Its vanilla phase (start_powerSGD_iter=2:
+    # an allreduce of the bucket divided by the group size) is what torch can run.
+    Scenario("surface/batched-powersgd-vanilla-phase", "mlp", comm_hook="batched_powersgd",
+             steps=2, description="batched_powerSGD_hook's two vanilla steps (torch 2.13 "
+                                  "fails at its first compressed step)"),
+    Scenario("surface/post-local-sgd", "mlp", comm_hook="post_local_sgd", steps=4,
+             description="post_localSGD_hook with the whole group as the local subgroup: "
+                         "global allreduce, then the subgroup's, the same values"),
+    Scenario("surface/buffer-comm-hook", "conv_bn", steps=3,
+             buffer_comm_hook="broadcast_pre_forward",
+             description="_register_buffer_comm_hook (PRE_FORWARD): the hook broadcasts "
+                         "buffers where DDP would"),
+    # --- methods -----------------------------------------------------------------------
+    Scenario("surface/fused-sgd", "mlp", steps=3, optimizer="fused_sgd",
+             ddp_options={"bucket_cap_mb": 0.0005},
+             description="_register_fused_optim(SGD): parameters stepped in backward after "
+                         "their bucket's reduction"),
+    Scenario("surface/update-process-group", "conv_bn", steps=4, update_process_group_at=2,
+             description="_update_process_group to a new group of the same ranks before "
+                         "step 2: buckets rebuilt, training goes on"),
+    Scenario("surface/copy-pickle", "conv_bn", steps=3, copy_wrapper="pickle",
+             copy_wrapper_at=1, description="the wrapper pickled after a step; the copy "
+                                            "trains on"),
+    Scenario("surface/copy-deepcopy", "used_twice", steps=3, copy_wrapper="deepcopy",
+             copy_wrapper_at=2, ddp_options={"find_unused_parameters": True},
+             description="copy.deepcopy of the wrapper; the copy trains on"),
+    # torch 2.13 does not reduce the copy's first backward here (its copied state says the
+    # static graph's delayed all-reduce is already enqueued: tests/standalone/
+    # static_graph_deepcopy.py); expected of torch in builtins/expectations/torch.txt.
+    Scenario("surface/copy-deepcopy-static-graph", "mlp", steps=3, copy_wrapper="deepcopy",
+             copy_wrapper_at=2, ddp_options={"static_graph": True},
+             description="copy.deepcopy of a static-graph wrapper after training began; "
+                         "the copy's first iteration is a static graph's first again"),
+    Scenario("surface/copy-torch-save", "mlp", steps=3, copy_wrapper="torch_save",
+             copy_wrapper_at=1, ddp_options={"gradient_as_bucket_view": True},
+             description="torch.save/torch.load of the wrapper; the copy trains on"),
+]
+
+SCENARIOS += [
+    # --- Join ----------------------------------------------------------------------------
+    # Join refuses joinables on different process groups: DDP on a group of its own and a
+    # ZeroRedundancyOptimizer on the default group (each candidate's join_process_group
+    # must name the group it reduces over for Join to see it).
+    Scenario("surface/join-across-process-groups", "mlp", steps=2, groups=((0, 1),),
+             world_sizes=(2,), optimizer="zero_sgd", join=JoinSpec(),
+             expect_error=r"multiple process groups",
+             description="Join over DDP on a subgroup and ZeRO on the default group raises"),
+    # Join warns once a rank has shadowed more than 1000 iterations of the others
+    # (torch's WARN_THRESHOLD). Rank 1 joins after one step; rank 0 then runs two steps of
+    # 501 microbatches under no_sync, each forward one shadowed iteration: 1002 forwards
+    # but only two reductions and records (a tiny model keeps them short).
+    Scenario("surface/join-skew-over-1000", "mlp", steps=3, microbatches=501,
+             accumulate="no_sync", min_world_size=2, world_sizes=(2,),
+             model_kwargs={"width": 2, "depth": 1}, batch_size=1,
+             join=JoinSpec(fewer_steps_per_rank=2),
+             description="uneven inputs with a skew over 1000 iterations: Join warns and "
+                         "shadows on"),
+]
+
+SCENARIOS += [
+    # --- refusals at registration (the API contract of register_comm_hook) ---------------
+    Scenario("surface/comm-hook-misannotated-bucket", "mlp", comm_hook="misannotated_bucket",
+             expect_error=r"ValueError: .*bucket annotation should be dist.GradBucket",
+             description="a hook whose bucket is not annotated dist.GradBucket is refused"),
+    Scenario("surface/comm-hook-misannotated-return", "mlp", comm_hook="misannotated_return",
+             expect_error=r"ValueError: .*return annotation should be "
+                          r"torch.futures.Future\[torch.Tensor\]",
+             description="a hook whose return annotation is not Future[Tensor] is refused"),
+]
