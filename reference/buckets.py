@@ -37,13 +37,23 @@ class BucketCapacity:
 
     ``bucket_cap_mb=None`` means the 25 MiB default *and* a 1 MiB first bucket; an explicit
     value (even 25) makes the first bucket as large as the others.
+
+    ``bucket_cap_mb_list`` (torch's ``_BucketCapacityConfig.create``): one limit per bucket,
+    in MiB, used as they are for the initial layout *and* the rebuild (the last one
+    repeats); ``bucket_cap_mb`` is then ignored, and ``bytes_cap`` is the largest of them.
     """
 
     bytes_cap: int
     first_bytes_cap: int
+    per_bucket_caps: tuple[int, ...] = ()
 
     @classmethod
-    def from_bucket_cap_mb(cls, bucket_cap_mb: float | None) -> BucketCapacity:
+    def from_bucket_cap_mb(cls, bucket_cap_mb: float | None,
+                           bucket_cap_mb_list: Sequence[float] | None = None) -> BucketCapacity:
+        if bucket_cap_mb_list:
+            caps = tuple(int(mb * MB_TO_BYTES) for mb in bucket_cap_mb_list)
+            cap = int(max(bucket_cap_mb_list) * MB_TO_BYTES)
+            return cls(bytes_cap=cap, first_bytes_cap=cap, per_bucket_caps=caps)
         if bucket_cap_mb is None:
             cap = int(DEFAULT_BUCKET_CAP_MB * MB_TO_BYTES)
             return cls(bytes_cap=cap, first_bytes_cap=DEFAULT_FIRST_BUCKET_BYTES)
@@ -52,6 +62,12 @@ class BucketCapacity:
         cap = int(bucket_cap_mb * MB_TO_BYTES)
         return cls(bytes_cap=cap, first_bytes_cap=cap)
 
+    @property
+    def bucket_cap_mb(self) -> int:
+        """Whole MiB of ``bytes_cap`` (torch's ``_BucketCapacityConfig.bucket_cap_mb``,
+        which DDP passes, as a *byte* count, to the delayed parameters' broadcast)."""
+        return self.bytes_cap // MB_TO_BYTES
+
     def initial_limits(self, static_graph: bool, find_unused_parameters: bool) -> list[int]:
         """Limits of the construction-time layout.
 
@@ -59,6 +75,8 @@ class BucketCapacity:
         static graph) torch starts with one bucket per dtype (an unbounded limit) and
         rebuilds the layout from the gradient-ready order after the first iteration.
         """
+        if self.per_bucket_caps:
+            return list(self.per_bucket_caps)
         if static_graph or not find_unused_parameters:
             return [sys.maxsize]
         if self.first_bytes_cap < self.bytes_cap:
@@ -66,7 +84,10 @@ class BucketCapacity:
         return [self.bytes_cap]
 
     def rebuild_limits(self) -> list[int]:
-        """Limits of the one-time rebuild (the C++ reducer's ``{first_cap, cap}``)."""
+        """Limits of the one-time rebuild (the C++ reducer's ``bucket_bytes_cap_list_`` when
+        given, else ``{first_cap, cap}``)."""
+        if self.per_bucket_caps:
+            return list(self.per_bucket_caps)
         return [self.first_bytes_cap, self.bytes_cap]
 
 

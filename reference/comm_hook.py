@@ -85,6 +85,36 @@ def allreduce_sum_future(pg: dist.ProcessGroup, tensor: torch.Tensor) -> torch.f
     return pg.allreduce([tensor], opts).get_future()
 
 
+def builtin_comm_hook(kind: dist.BuiltinCommHookType) -> CommHook | None:
+    """The hook for one of c10d's built-in types (``default_comm_hooks.cpp``), called with
+    the process group as state: ``ALLREDUCE`` divides the bucket in place by the group size
+    then allreduces it; ``FP16_COMPRESS`` divides a float16 copy, allreduces it and copies
+    the result back into the bucket. ``None`` for any other type."""
+    if kind == dist.BuiltinCommHookType.ALLREDUCE:
+        return _builtin_allreduce
+    if kind == dist.BuiltinCommHookType.FP16_COMPRESS:
+        return _builtin_fp16_compress
+    return None
+
+
+def _builtin_allreduce(pg: dist.ProcessGroup, bucket: GradBucket) -> torch.futures.Future:
+    tensor = bucket.buffer()
+    tensor.div_(pg.size())
+    return allreduce_sum_future(pg, tensor)
+
+
+def _builtin_fp16_compress(pg: dist.ProcessGroup, bucket: GradBucket) -> torch.futures.Future:
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.float16)
+    compressed.div_(pg.size())
+
+    def decompress(fut: torch.futures.Future) -> torch.Tensor:
+        buffer.copy_(hook_result(fut.value()))
+        return buffer
+
+    return allreduce_sum_future(pg, compressed).then(decompress)
+
+
 def hook_result(value: Any) -> torch.Tensor:
     """The tensor a hook's future holds (a tensor or a one-tensor list, as torch parses)."""
     if isinstance(value, torch.Tensor):
@@ -104,7 +134,8 @@ def check_comm_hook(hook: Callable[..., Any]) -> None:
     sig = inspect.signature(hook)
     bucket = sig.parameters.get("bucket")
     if (bucket is not None and bucket.annotation is not inspect.Parameter.empty
-            and bucket.annotation not in (dist.GradBucket, GradBucket, "dist.GradBucket")):
+            and bucket.annotation not in (dist.GradBucket, GradBucket, "dist.GradBucket",
+                                          "GradBucket")):
         raise ValueError("Communication hook: bucket annotation should be dist.GradBucket.")
     if (sig.return_annotation is not inspect.Signature.empty
             and sig.return_annotation != torch.futures.Future[torch.Tensor]
@@ -112,3 +143,10 @@ def check_comm_hook(hook: Callable[..., Any]) -> None:
         raise ValueError(
             "Communication hook: return annotation should be torch.futures.Future[torch.Tensor]."
         )
+    if getattr(hook, "__name__", None) in ("bf16_compress_hook", "bf16_compress_wrapper_hook"):
+        cuda = torch.version.cuda is not None or torch.version.hip is not None
+        nccl = cuda and dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10)
+        xccl = dist.is_xccl_available() and torch.xpu.is_available()
+        if not (nccl or xccl):
+            raise TypeError("BF16 all reduce communication hook required CUDA 11+ and NCCL "
+                            "2.10+ or XPU and XCCL")

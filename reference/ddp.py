@@ -8,6 +8,7 @@ itself lives in :mod:`.reducer`.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
@@ -18,11 +19,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.join import Join, Joinable, JoinHook
+from torch.distributed.utils import _cast_forward_inputs
+from torch.nn.parallel.distributed import _BufferCommHook, _BufferCommHookLocation
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import collectives
+from . import collectives, mixed_precision
 from .buckets import BucketCapacity, initial_bucket_layout
-from .comm_hook import check_comm_hook
+from .comm_hook import builtin_comm_hook, check_comm_hook
 from .join import DDPJoinHook
 from .reducer import Reducer
 from .sink import DDPSink
@@ -49,6 +52,31 @@ def _to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
+def _buffer_sync_options(broadcast_buffers: bool | None,
+                         forward_sync_buffers: bool | None) -> tuple[bool, bool]:
+    """``(forward_sync_buffers, init_sync_buffers)`` from the two buffer options, with
+    torch's FutureWarnings: ``forward_sync_buffers`` wins when given, and then buffers are
+    synced at init whatever its value; otherwise ``broadcast_buffers`` (default True)
+    decides both."""
+    if broadcast_buffers is not None:
+        if forward_sync_buffers is not None:
+            warnings.warn(
+                "Both `broadcast_buffers` and `forward_sync_buffers` were specified. "
+                "`broadcast_buffers` is deprecated and its value is ignored when "
+                "`forward_sync_buffers` is provided.", FutureWarning, stacklevel=3)
+        else:
+            warnings.warn(
+                "`broadcast_buffers` is deprecated. Use `forward_sync_buffers` instead. "
+                "IMPORTANT: unlike `broadcast_buffers=False`, `forward_sync_buffers=False` "
+                "still syncs buffers at init. If you rely on buffers NOT being synced at init "
+                "(e.g. rank-local buffers), keep using `broadcast_buffers=False` until "
+                "`init_sync_buffers` is available.", FutureWarning, stacklevel=3)
+    if forward_sync_buffers is not None:
+        return forward_sync_buffers, True
+    effective = broadcast_buffers if broadcast_buffers is not None else True
+    return effective, effective
+
+
 class DistributedDataParallel(nn.Module, Joinable):
     """Data parallelism over a process group, with torch DDP's semantics.
 
@@ -70,31 +98,120 @@ class DistributedDataParallel(nn.Module, Joinable):
         module: nn.Module,
         device_ids: Sequence[int | torch.device] | None = None,
         output_device: int | torch.device | None = None,
-        *,
-        broadcast_buffers: bool = True,
+        dim: int = 0,
+        broadcast_buffers: bool | None = None,
+        init_sync: bool = True,
         process_group: dist.ProcessGroup | None = None,
         bucket_cap_mb: float | None = None,
         find_unused_parameters: bool = False,
+        check_reduction: bool = False,
         gradient_as_bucket_view: bool = False,
         static_graph: bool = False,
-        init_sync: bool = True,
+        delay_all_reduce_named_params: Sequence[tuple[str, nn.Parameter]] | None = None,
+        param_to_hook_all_reduce: torch.Tensor | None = None,
+        mixed_precision: Any = None,
+        device_mesh: Any = None,
+        skip_all_reduce_unused_params: bool = False,
+        bucket_cap_mb_list: Sequence[float] | None = None,
+        batched_grad_copy: bool = False,
+        forward_sync_buffers: bool | None = None,
     ) -> None:
         super().__init__()
         Joinable.__init__(self)
         if not dist.is_initialized():
             raise RuntimeError("Default process group has not been initialized, please make "
                                "sure to call init_process_group.")
-        pg = process_group if process_group is not None else dist.distributed_c10d._get_default_group()
-        self.process_group: dist.ProcessGroup = pg
+        if (delay_all_reduce_named_params is not None) != (param_to_hook_all_reduce is not None):
+            raise ValueError("delay_all_reduce_named_params and param_to_hook_all_reduce "
+                             "need to be set at the same time.")
+        self.process_group: dist.ProcessGroup = self._group_from(process_group, device_mesh)
         self.module = module
 
         ignore = getattr(module, "_ddp_params_and_buffers_to_ignore", ())
         self.parameters_to_ignore: set[str] = set(ignore)
+        self._delay_all_reduce_params: list[nn.Parameter] = []
+        for name, param in delay_all_reduce_named_params or ():
+            self.parameters_to_ignore.add(name)
+            self._delay_all_reduce_params.append(param)
         module_params = [p for n, p in module.named_parameters()
                          if n not in self.parameters_to_ignore]
-        if not any(p.requires_grad for p in module_params):
+        if not any(p.requires_grad for p in module_params) and not self._delay_all_reduce_params:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't "
                                "have any parameter that requires a gradient.")
+        self._set_devices(device_ids, output_device, module_params)
+        self.static_graph = False
+        self.dim = dim
+        self.device: torch.device = module_params[0].device
+
+        self.forward_sync_buffers, init_sync_buffers = _buffer_sync_options(
+            broadcast_buffers, forward_sync_buffers)
+        self.find_unused_parameters = find_unused_parameters
+        self.require_backward_grad_sync = True
+        self.require_forward_param_sync = True
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.batched_grad_copy = batched_grad_copy
+        self.mixed_precision = mixed_precision
+        if check_reduction:
+            warnings.warn("The `check_reduction` argument in `DistributedDataParallel` module "
+                          "is deprecated. Please avoid using it.", FutureWarning, stacklevel=2)
+        if any(isinstance(p, nn.parameter.UninitializedParameter) for p in module_params):
+            raise RuntimeError(
+                "Modules with uninitialized parameters can't be used with "
+                "`DistributedDataParallel`. Run a dummy forward pass to correctly initialize "
+                "the modules")
+        self.broadcast_bucket_size = collectives.BROADCAST_BUCKET_BYTES
+        self.bucket_capacity = BucketCapacity.from_bucket_cap_mb(bucket_cap_mb, bucket_cap_mb_list)
+        self.bucket_bytes_cap = self.bucket_capacity.bytes_cap
+        self.bucket_bytes_cap_list = list(self.bucket_capacity.per_bucket_caps)
+
+        self._delay_grad_buffer: torch.Tensor | None = None
+        self._delay_grad_views: list[torch.Tensor] = []
+        self._delay_all_reduce_all_params = False
+        if self._delay_all_reduce_params:
+            assert param_to_hook_all_reduce is not None
+            self._register_delay_all_reduce_hook(param_to_hook_all_reduce, device_ids)
+            if self._delay_all_reduce_all_params:
+                return  # as torch: no reducer at all, forward is the module's own
+
+        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
+        self._static_graph_delay_allreduce_enqueued = False
+        self._divide_by_initial_world_size = True
+        self._has_rebuilt_buckets = False
+        self._comm_hooks: list[tuple[Any, Any]] = []
+        self._ddp_sink_clone = True
+
+        params, expect_sparse, names = self._build_params_for_reducer()
+        if init_sync:
+            collectives.verify_param_shapes(self.process_group, params, names)
+            self._sync_module_states(src=0, with_buffers=init_sync_buffers)
+
+        self._make_reducer(params, expect_sparse, names, static_graph=False)
+        if mixed_precision is not None:
+            self._setup_mixed_precision()
+        if static_graph:
+            self._set_static_graph()
+
+    @staticmethod
+    def _group_from(process_group: dist.ProcessGroup | None,
+                    device_mesh: Any) -> dist.ProcessGroup:
+        """The group DDP reduces over: ``process_group``, a 1-D ``device_mesh``'s group, or
+        the default group (torch's constructor; both given is a ``RuntimeError``)."""
+        if process_group and device_mesh is not None:
+            raise RuntimeError("Cannot specify both process_group and device_mesh arguments.")
+        if device_mesh is not None:
+            if device_mesh.ndim != 1:
+                raise RuntimeError(f"Only 1D device mesh is supported, but got {device_mesh}.")
+            group: dist.ProcessGroup = device_mesh.get_group(mesh_dim=0)
+            return group
+        if process_group is not None:
+            return process_group
+        return dist.distributed_c10d._get_default_group()
+
+    def _set_devices(self, device_ids: Sequence[int | torch.device] | None,
+                     output_device: int | torch.device | None,
+                     module_params: list[nn.Parameter]) -> None:
+        """``device_type``, ``device_ids`` and ``output_device`` as torch checks and sets
+        them (CPU and multi-device modules take neither)."""
         if device_ids is not None and len(device_ids) > 1:
             raise ValueError("device_ids can only be None or contain a single element.")
         device_types = {p.device.type for p in module_params}
@@ -102,8 +219,8 @@ class DistributedDataParallel(nn.Module, Joinable):
             raise ValueError("DistributedDataParallel's input module must be on the same type "
                              f"of devices, but input module parameters locate in {device_types}.")
         self.device_type = next(iter(device_types))
-        multi_device = len({p.device for p in module_params}) > 1
-        if not device_ids or self.device_type == "cpu" or multi_device:
+        self.is_multi_device_module = len({p.device for p in module_params}) > 1
+        if not device_ids or self.device_type == "cpu" or self.is_multi_device_module:
             if device_ids or output_device:
                 raise ValueError(
                     "DistributedDataParallel device_ids and output_device arguments only work "
@@ -119,27 +236,15 @@ class DistributedDataParallel(nn.Module, Joinable):
             out = output_device if output_device is not None else self.device_ids[0]
             self.output_device = torch.device(self.device_type, out).index if isinstance(out, int) \
                 else torch.device(out).index
-        self.device: torch.device = module_params[0].device
 
-        self.broadcast_buffers = broadcast_buffers
-        self.find_unused_parameters = find_unused_parameters
-        self.gradient_as_bucket_view = gradient_as_bucket_view
-        self.require_backward_grad_sync = True
-        self.require_forward_param_sync = True
-        self.static_graph = False
-        self._static_graph_delay_allreduce_enqueued = False
-        self._divide_by_initial_world_size = True
-        self._has_rebuilt_buckets = False
-        self._comm_hooks: list[tuple[Any, Any]] = []
-        self.bucket_capacity = BucketCapacity.from_bucket_cap_mb(bucket_cap_mb)
-        self.bucket_bytes_cap = self.bucket_capacity.bytes_cap
+    @property
+    def broadcast_buffers(self) -> bool:
+        """Deprecated alias of ``forward_sync_buffers`` (torch's property)."""
+        return bool(self.forward_sync_buffers)
 
-        params, expect_sparse, names = self._build_params_for_reducer()
-        if init_sync:
-            collectives.verify_param_shapes(pg, params, names)
-            self._sync_module_states(src=0, with_buffers=broadcast_buffers)
-
-        self._make_reducer(params, expect_sparse, names, static_graph)
+    @broadcast_buffers.setter
+    def broadcast_buffers(self, value: bool) -> None:
+        self.forward_sync_buffers = value
 
     # ----------------------------------------------------------------- construction
     def _make_reducer(self, params: list[nn.Parameter], expect_sparse: list[bool],
@@ -148,12 +253,29 @@ class DistributedDataParallel(nn.Module, Joinable):
         and ``__setstate__``, as torch's ``_ddp_init_helper``)."""
         layout = initial_bucket_layout(params, self.bucket_capacity, expect_sparse,
                                        static_graph, self.find_unused_parameters)
+        if self.mixed_precision is not None:
+            for index, param in enumerate(params):
+                param._idx = index  # type: ignore[attr-defined]
         self.reducer = self.reducer_class(params, layout, self.process_group, expect_sparse,
                                           self.bucket_capacity, self.find_unused_parameters,
-                                          self.gradient_as_bucket_view, names)
-        if static_graph:
-            self.static_graph = False
-            self._set_static_graph()
+                                          self.gradient_as_bucket_view, names,
+                                          skip_all_reduce_unused_params=getattr(
+                                              self, "skip_all_reduce_unused_params", False),
+                                          batched_grad_copy=getattr(
+                                              self, "batched_grad_copy", False))
+
+    def _setup_mixed_precision(self) -> None:
+        """torch's mixed-precision setup (see :mod:`.mixed_precision`): twins, buffer cast,
+        the root pre-forward hook, the allreduce-and-upcast comm hook, bucket dtype."""
+        config = self.mixed_precision
+        mixed_precision.setup_params(config.param_dtype, self.module)
+        mixed_precision.cast_buffers(config.buffer_dtype, self.module)
+        self.module.register_forward_pre_hook(
+            functools.partial(mixed_precision.root_copy_hook, weakref.ref(self)),
+            prepend=False, with_kwargs=True)
+        self.register_comm_hook(mixed_precision.AllreduceUpcastState(self),
+                                mixed_precision.allreduce_and_upcast_hook)
+        self.reducer.set_mixed_precision_param_dtype(config.param_dtype)
 
     # ----------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
@@ -163,6 +285,7 @@ class DistributedDataParallel(nn.Module, Joinable):
         attrs = dict(self.__dict__)
         del attrs["process_group"]
         del attrs["reducer"]
+        attrs["broadcast_buffers"] = self.forward_sync_buffers
         return attrs
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -173,8 +296,13 @@ class DistributedDataParallel(nn.Module, Joinable):
         super().__setstate__(state)
         self.__dict__.setdefault("require_forward_param_sync", True)
         self.__dict__.setdefault("require_backward_grad_sync", True)
+        old_broadcast = self.__dict__.pop("broadcast_buffers", True)
+        self.__dict__.setdefault("forward_sync_buffers", old_broadcast)
         params, expect_sparse, names = self._build_params_for_reducer()
         self._make_reducer(params, expect_sparse, names, bool(self.static_graph))
+        if self.static_graph:
+            self.static_graph = False
+            self._set_static_graph()
 
     def _check_default_group(self) -> None:
         try:
@@ -253,10 +381,16 @@ class DistributedDataParallel(nn.Module, Joinable):
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         inputs, kwargs = self._pre_forward(*inputs, **kwargs)
-        output = self.module(*inputs, **kwargs)
+        if self._delay_all_reduce_all_params:
+            # torch calls ``module.forward`` here, bypassing the module's own hooks.
+            output = self.module.forward(*inputs, **kwargs)
+        else:
+            output = self.module(*inputs, **kwargs)
         return self._post_forward(output)
 
     def _pre_forward(self, *inputs: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self._delay_all_reduce_all_params:
+            return inputs, kwargs
         grad_enabled = torch.is_grad_enabled()
         if grad_enabled and self.require_backward_grad_sync:
             self._log_runtime_stats()
@@ -266,16 +400,24 @@ class DistributedDataParallel(nn.Module, Joinable):
             self.reducer.set_forward_pass_work_handle(work, self._divide_by_initial_world_size)
         if grad_enabled and self.reducer.rebuild_buckets():
             self._has_rebuilt_buckets = True
-        if self.will_sync_module_buffers():
+        if self._check_sync_bufs_pre_fwd():
             self._sync_buffers()
         if self._join_config.enable:
             self._check_global_requires_backward_grad_sync(is_joined_rank=False)
         if self.device_ids:
             device = torch.device(self.device_type, self.device_ids[0])
-            return _to_device(inputs, device), _to_device(kwargs, device)
+            inputs, kwargs = _to_device(inputs, device), _to_device(kwargs, device)
+        if self.mixed_precision is not None:
+            inputs, kwargs = _cast_forward_inputs(self.mixed_precision.param_dtype,
+                                                  *inputs, **kwargs)
         return inputs, kwargs
 
     def _post_forward(self, output: Any) -> Any:
+        if self._delay_all_reduce_all_params:
+            self._clear_grad_buffer()
+            return output
+        if self._check_sync_bufs_post_fwd():
+            self._sync_buffers()
         if torch.is_grad_enabled() and self.require_backward_grad_sync:
             self.require_forward_param_sync = True
             if self.find_unused_parameters and not self.static_graph:
@@ -287,11 +429,12 @@ class DistributedDataParallel(nn.Module, Joinable):
         if ((self.find_unused_parameters and not self.static_graph)
                 or (self.static_graph and not self._static_graph_delay_allreduce_enqueued)):
             output = self._through_sink(output)
+        self._clear_grad_buffer()
         return output
 
     def _through_sink(self, output: Any) -> Any:
         leaves, spec = tree_flatten(output)
-        passed = DDPSink.apply(self._sink_backward_callback(), *leaves)
+        passed = DDPSink.apply(self._sink_backward_callback(), self._ddp_sink_clone, *leaves)
         merged = [leaf if not isinstance(leaf, torch.Tensor) or leaf.grad_fn is None else new
                   for leaf, new in zip(leaves, passed, strict=True)]
         return tree_unflatten(merged, spec)
@@ -308,11 +451,97 @@ class DistributedDataParallel(nn.Module, Joinable):
 
         return on_backward
 
+    def _set_ddp_sink_clone(self, val: bool) -> None:
+        """Whether the sink node (dynamic unused search, static graph's first iteration)
+        clones the outputs (default True; torch's ``_set_ddp_sink_clone``)."""
+        self._ddp_sink_clone = val
+
+    def train(self, mode: bool = True) -> DistributedDataParallel:
+        super().train(mode)
+        return self
+
+    # ----------------------------------------------------------------- delayed allreduce
+    def _register_delay_all_reduce_hook(self, param_to_hook_all_reduce: torch.Tensor,
+                                        device_ids: Sequence[int | torch.device] | None) -> None:
+        """``delay_all_reduce_named_params`` (torch's ``_register_delay_all_reduce_hook``):
+        one flat default-dtype buffer for the delayed parameters' gradients, their
+        broadcast from rank 0 (coalesced in buckets of ``bucket_cap_mb`` *bytes*, the
+        whole-MiB value torch passes), a tensor hook on ``param_to_hook_all_reduce`` that
+        divides the buffer by the world size and starts its allreduce (never waited for),
+        and views of the buffer that become the gradients (``_clear_grad_buffer``)."""
+        device = torch.device("cpu") if device_ids is None else device_ids[0]
+        numel = sum(p.numel() for p in self._delay_all_reduce_params)
+        self._delay_grad_buffer = torch.zeros(numel, device=device)
+        collectives.broadcast_coalesced(self.process_group,
+                                        [p.detach() for p in self._delay_all_reduce_params], 0,
+                                        bucket_bytes=self.bucket_capacity.bucket_cap_mb)
+        param_to_hook_all_reduce.register_hook(self._delayed_all_reduce_hook)
+        offset = 0
+        for param in self._delay_all_reduce_params:
+            view = self._delay_grad_buffer[offset:offset + param.numel()].view(param.shape)
+            self._delay_grad_views.append(view)
+            offset += param.numel()
+        self._delay_all_reduce_all_params = not any(
+            p.requires_grad and n not in self.parameters_to_ignore
+            for n, p in self._named_params_by_module())
+
+    def _named_params_by_module(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """Parameters as torch's delay check names them: ``f"{module}.{param}"``, so a
+        parameter of the root module gets a leading dot and never matches an ignored name
+        (torch's quirk, kept: all-delayed needs every root-level parameter frozen)."""
+        for module_name, submodule in self.module.named_modules():
+            for param_name, param in submodule.named_parameters(recurse=False):
+                yield f"{module_name}.{param_name}", param
+
+    def _delayed_all_reduce_hook(self, grad: torch.Tensor) -> torch.Tensor:
+        buffer = self._delay_grad_buffer
+        assert buffer is not None
+        buffer.div_(self.process_group.size())
+        self._delay_all_reduce_work = collectives.allreduce(self.process_group, buffer)
+        return grad
+
+    def _clear_grad_buffer(self) -> None:
+        """After each forward: a delayed parameter without ``.grad`` gets its buffer view
+        (zeroed), or the whole buffer is zeroed when none has one (``_clear_grad_buffer``)."""
+        buffer = self._delay_grad_buffer
+        if buffer is None:
+            return
+        all_none = all(p.grad is None for p in self._delay_all_reduce_params)
+        for param, view in zip(self._delay_all_reduce_params, self._delay_grad_views, strict=True):
+            if param.grad is None:
+                param.grad = view
+                if not all_none:
+                    view.zero_()
+        if all_none:
+            buffer.zero_()
+
     # ----------------------------------------------------------------- buffers
     def will_sync_module_buffers(self) -> bool:
-        """Buffers are broadcast before a forward that follows a synchronised forward."""
-        return (self.require_forward_param_sync and self.broadcast_buffers
+        """Buffers are synced before a forward that follows a synchronised forward."""
+        return (self.require_forward_param_sync and self.forward_sync_buffers
                 and len(self.modules_buffers) > 0)
+
+    def _check_sync_bufs_pre_fwd(self) -> bool:
+        return self.will_sync_module_buffers() and (
+            not hasattr(self, "buffer_hook")
+            or self.buffer_hook.buffer_comm_hook_location == _BufferCommHookLocation.PRE_FORWARD)
+
+    def _check_sync_bufs_post_fwd(self) -> bool:
+        return (self.will_sync_module_buffers() and hasattr(self, "buffer_hook")
+                and self.buffer_hook.buffer_comm_hook_location
+                == _BufferCommHookLocation.POST_FORWARD)
+
+    def _register_buffer_comm_hook(
+        self, state: Any, hook: Any,
+        comm_hook_location: _BufferCommHookLocation = _BufferCommHookLocation.POST_FORWARD,
+    ) -> None:
+        """Sync buffers with ``hook(state, named_module_buffers)`` instead of the broadcast
+        from rank 0, before or after the forward; futures it returns are awaited at the
+        end of the next backward (torch's ``_register_buffer_comm_hook``)."""
+        if not callable(hook):
+            raise AssertionError(f"hook must be callable, got {type(hook).__name__}")
+        self.buffer_hook = _BufferCommHook(buffer_comm_hook=hook, buffer_comm_hook_state=state,
+                                           buffer_comm_hook_location=comm_hook_location)
 
     @property
     def _distributed_rank(self) -> int:
@@ -327,7 +556,17 @@ class DistributedDataParallel(nn.Module, Joinable):
                 src = 0
             self._assign_modules_buffers()
             with torch.autograd._unsafe_preserve_version_counter(tuple(self.modules_buffers)):
-                collectives.broadcast_coalesced(self.process_group, self.modules_buffers, src)
+                self._sync_module_buffers(src)
+
+    def _sync_module_buffers(self, authoritative_rank: int) -> None:
+        if not hasattr(self, "buffer_hook"):
+            collectives.broadcast_coalesced(self.process_group, self.modules_buffers,
+                                            authoritative_rank)
+            return
+        hook = self.buffer_hook.buffer_comm_hook
+        futures = hook(self.buffer_hook.buffer_comm_hook_state, self.named_module_buffers)
+        if futures is not None:
+            self.reducer.install_futures(futures)
 
     # ----------------------------------------------------------------- join
     def join_hook(self, **kwargs: Any) -> JoinHook:
@@ -359,24 +598,95 @@ class DistributedDataParallel(nn.Module, Joinable):
         return None
 
     def _check_and_sync_module_buffers(self) -> None:
-        if self.will_sync_module_buffers():
+        if self._check_sync_bufs_pre_fwd():
             src = collectives.find_common_rank(self.process_group, self.device,
                                                self._distributed_rank, False)
-            collectives.broadcast_coalesced(self.process_group, self.modules_buffers, src)
+            self._sync_module_buffers(src)
 
     def _sync_final_model(self, is_last_joiner: bool) -> None:
         src = collectives.find_common_rank(self.process_group, self.device,
                                            self._distributed_rank, is_last_joiner)
         self._authoritative_rank = src
-        self._sync_module_states(src=src, with_buffers=self.broadcast_buffers)
+        self._sync_module_states(src=src, with_buffers=self.forward_sync_buffers)
 
     # ----------------------------------------------------------------- comm hooks
     def register_comm_hook(self, state: object, hook: Any) -> None:
         """Reduce buckets with ``hook(state, bucket)`` instead of the built-in allreduce;
         once only, before the first backward."""
         check_comm_hook(hook)
-        self.reducer.register_comm_hook(state, hook)
         self._comm_hooks.append((hook, state))
+        self.reducer.register_comm_hook(state, hook)
+
+    def _register_builtin_comm_hook(self, comm_hook_type: dist.BuiltinCommHookType) -> None:
+        """torch's C++ built-in hooks (``ALLREDUCE``, ``FP16_COMPRESS``), bound to the group
+        DDP has now (see :func:`.comm_hook.builtin_comm_hook`)."""
+        hook = builtin_comm_hook(comm_hook_type)
+        if hook is None:
+            warnings.warn("Unknown built-in DDP comm hook type is provided. No comm hook will "
+                          "be used.", stacklevel=2)
+            return
+        self.reducer.register_comm_hook(self.process_group, hook, builtin=True)
+
+    def _register_fused_optim(self, optim: type, *args: Any, optim_params: Any = None,
+                              **kwargs: Any) -> None:
+        """Run ``optim`` on each parameter as soon as its bucket is reduced, in backward
+        (torch's ``_register_fused_optim``: torch's own ``_as_overlapped_optim(...)
+        .register_ddp(self)``, which registers ``_hook_then_optimizer(allreduce_hook, ...)``
+        through ``register_comm_hook``)."""
+        from torch.distributed.algorithms._optimizer_overlap import _as_overlapped_optim
+
+        overlapped = _as_overlapped_optim(optim, optim_params, *args, **kwargs)
+        try:
+            overlapped.register_ddp(self)  # type: ignore[arg-type]
+        except NotImplementedError as e:
+            raise RuntimeError(
+                f"{optim} does not support overlapped DDP. Please file an issue to PyTorch or "
+                f"the respective owner of {optim}.") from e
+
+    # ----------------------------------------------------------------- process group
+    def _update_process_group(self, new_process_group: dist.ProcessGroup) -> None:
+        """Reduce over ``new_process_group`` from now on: the reducer forgets the iteration
+        in progress and rebuilds its layout after the next backward; a rank outside the new
+        group keeps the old one (torch's ``_update_process_group``; comm hooks keep the
+        group they were given)."""
+        self._has_rebuilt_buckets = False
+        self.reducer.reset_state()
+        if not dist.distributed_c10d._rank_not_in_group(new_process_group):
+            self.process_group = new_process_group
+            self.reducer.update_process_group(new_process_group)
+
+    # ----------------------------------------------------------------- misc surface
+    @staticmethod
+    def _get_data_parallel_params(module: nn.Module, named_params: bool = False) -> Iterator[Any]:
+        """The parameters of ``module`` not marked ``_ddp_ignored``. With ``named_params``
+        torch tests the ``(name, param)`` tuple, never marked, so every named parameter is
+        yielded, ignored ones included (kept as torch has it)."""
+        items = module.named_parameters() if named_params else module.parameters()
+        for item in items:
+            if not hasattr(item, "_ddp_ignored"):
+                yield item
+
+    @staticmethod
+    def _set_params_and_buffers_to_ignore_for_model(module: nn.Module,
+                                                    params_and_buffers_to_ignore: Any) -> None:
+        """Names (fully qualified) of parameters and buffers DDP must leave alone: stored on
+        the module, and the tensors marked ``_ddp_ignored`` (torch's static method)."""
+        module._ddp_params_and_buffers_to_ignore = params_and_buffers_to_ignore
+        for name, param in module.named_parameters():
+            if name in params_and_buffers_to_ignore:
+                param._ddp_ignored = True  # type: ignore[attr-defined]
+        for name, buffer in module.named_buffers():
+            if name in params_and_buffers_to_ignore:
+                buffer._ddp_ignored = True  # type: ignore[attr-defined]
+
+    def _remove_autograd_hooks(self) -> None:
+        """Remove the reducer's hooks from the parameters' gradient accumulators."""
+        self.reducer.remove_hooks()
+
+    def _check_reducer_finalized(self) -> None:
+        """Raise torch's "Expected to have finished reduction ..." error if the last
+        backward did not finish its reduction."""
+        self.reducer.check_finalized()
 
     # ----------------------------------------------------------------- introspection
     @property

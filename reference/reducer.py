@@ -22,6 +22,17 @@ What it specifies, from ``torch/csrc/distributed/c10d/reducer.cpp``:
   its hook fired as many times as in the first.
 * A missing reduction makes the next forward raise torch's "Expected to have finished
   reduction in the prior iteration ..." error.
+* ``skip_all_reduce_unused_params`` (``should_skip_all_reduce_bucket``): a bucket whose
+  parameters are all in this iteration's unused set is not reduced, and its gradients are
+  left as they are at the end of backward (meant for parameters unused on every rank: a
+  rank that skips a bucket another rank reduces desynchronises the group, as in torch).
+* ``batched_grad_copy`` (``flush_deferred_copies``): gradients are copied into a bucket
+  in one ``_foreach_copy_`` when its last gradient is ready, and the whole flat bucket is
+  then divided in place (``div_``, not the per-gradient ``mul`` by the reciprocal).
+* ``mixed_precision_param_dtype`` (``set_mixed_precision_param_dtype``): buckets hold
+  gradients in that dtype, and incoming gradients are checked against it.
+* Futures installed by a buffer comm hook (``install_futures``) are awaited at the end
+  of backward, after the buckets.
 """
 from __future__ import annotations
 
@@ -46,6 +57,7 @@ class Bucket:
     """One flat gradient buffer and the per-parameter views into it."""
 
     __slots__ = (
+        "deferred",
         "expect_sparse",
         "future",
         "gradients",
@@ -63,7 +75,7 @@ class Bucket:
     )
 
     def __init__(self, variable_indices: list[int], params: list[torch.Tensor],
-                 expect_sparse: bool) -> None:
+                 expect_sparse: bool, dtype: torch.dtype | None = None) -> None:
         self.variable_indices = variable_indices
         self.params = params
         self.expect_sparse = expect_sparse
@@ -73,6 +85,8 @@ class Bucket:
         self.views_in: list[torch.Tensor] = []
         self.views_out: list[torch.Tensor] = []
         self.pending = len(params)
+        #: Intra-bucket positions whose copy ``batched_grad_copy`` deferred.
+        self.deferred: list[int] = []
         self.work: dist.Work | None = None
         self.future: torch.futures.Future | None = None
         self.sparse_grad: torch.Tensor | None = None
@@ -87,7 +101,8 @@ class Bucket:
             self.lengths.append(p.numel())
             self.sizes.append(p.shape)
             offset += p.numel()
-        self.gradients = torch.empty(offset, dtype=params[0].dtype, device=params[0].device)
+        self.gradients = torch.empty(offset, dtype=dtype or params[0].dtype,
+                                     device=params[0].device)
         self.views_in = bucket_views(self.gradients, params, self.offsets)
         self.views_out = self.views_in
 
@@ -135,7 +150,9 @@ class Reducer:
     def __init__(self, params: Sequence[torch.Tensor], bucket_indices: list[list[int]],
                  process_group: dist.ProcessGroup, expect_sparse_gradient: Sequence[bool],
                  capacity: BucketCapacity, find_unused_parameters: bool,
-                 gradient_as_bucket_view: bool, param_names: Sequence[str]) -> None:
+                 gradient_as_bucket_view: bool, param_names: Sequence[str],
+                 skip_all_reduce_unused_params: bool = False,
+                 batched_grad_copy: bool = False) -> None:
         if not params:
             raise RuntimeError("Expected at least one parameter.")
         self.params = list(params)
@@ -146,6 +163,10 @@ class Reducer:
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.static_graph = False
+        self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
+        self.batched_grad_copy = batched_grad_copy
+        self.mixed_precision_param_dtype: torch.dtype | None = None
+        self._installed_futures: list[torch.futures.Future] | None = None
         n = len(self.params)
 
         self.num_iterations = 0
@@ -212,13 +233,57 @@ class Reducer:
                                                device=self.params[0].device)
         self._refresh_mode()
 
-    def register_comm_hook(self, state: Any, hook: Callable[[Any, GradBucket], Any]) -> None:
+    def register_comm_hook(self, state: Any, hook: Callable[[Any, GradBucket], Any],
+                           builtin: bool = False) -> None:
         if self.comm_hook is not None:
             raise RuntimeError(
+                "register_builtin_comm_hook or register_comm_hook can only be called once."
+                if builtin else
                 "register_comm_hook or register_builtin_comm_hook can only be called once."
             )
         self.comm_hook = hook
         self.comm_hook_state = state
+
+    def set_mixed_precision_param_dtype(self, dtype: torch.dtype) -> None:
+        """Buckets hold (and expect) gradients of ``dtype`` from now on (torch's
+        ``set_mixed_precision_param_dtype``, called once at construction)."""
+        self.mixed_precision_param_dtype = dtype
+        for bucket in self.buckets:
+            if not bucket.expect_sparse:
+                bucket.gradients = bucket.gradients.to(dtype)
+                bucket.views_in = bucket_views(bucket.gradients, bucket.params, bucket.offsets)
+                bucket.views_out = bucket.views_in
+
+    def install_futures(self, futures: Sequence[torch.futures.Future]) -> None:
+        """Futures to await at the end of this backward (appended, as torch's
+        ``install_futures``: several calls in one iteration add up)."""
+        if self._installed_futures is None:
+            self._installed_futures = list(futures)
+        else:
+            self._installed_futures.extend(futures)
+
+    def reset_state(self) -> None:
+        """Forget the iteration in progress and force a new layout rebuild (torch's
+        ``Reducer::reset_state``, used by ``_update_process_group``)."""
+        self.has_rebuilt_bucket = False
+        self._rebuilt_param_indices = []
+        self.expect_autograd_hooks = False
+        self.require_finalize = False
+        self.first_autograd_hook_called = False
+        self.div_factor = None
+        self.local_used = [0] * len(self.params)
+        self.local_used_reduced = False
+        self._refresh_mode()
+
+    def update_process_group(self, process_group: dist.ProcessGroup) -> None:
+        self.process_group = process_group
+        self.div_factor_last = None
+        self._reciprocals = {}
+
+    def check_finalized(self) -> None:
+        """Raise torch's "Expected to have finished reduction ..." error if the last
+        backward left a reduction unfinished (``Reducer::check_finalized``)."""
+        self.ensure_prior_reduction_finished()
 
     def set_forward_pass_work_handle(self, work: dist.Work, use_static_world_size: bool) -> None:
         """Join: the forward's "not joined" allreduce, whose sum is the divisor when the
@@ -264,7 +329,7 @@ class Reducer:
             if len({(p.dtype, p.device) for p in params}) != 1:
                 raise RuntimeError("All parameters in a bucket must have the same dtype "
                                    "and be placed on the same device.")
-            bucket = Bucket(list(indices), params, sparse)
+            bucket = Bucket(list(indices), params, sparse, self.mixed_precision_param_dtype)
             for intra, index in enumerate(indices):
                 locators[index] = (bucket, intra)
             buckets.append(bucket)
@@ -342,6 +407,7 @@ class Reducer:
         self.next_bucket = 0
         for bucket in self.buckets:
             bucket.pending = len(bucket.params)
+            bucket.deferred = []
         if self.static_graph:
             self._hook_counts_left = list(self._hook_counts)
         self.has_marked_unused = False
@@ -395,6 +461,8 @@ class Reducer:
         else:
             self._copy_grad_in(bucket, intra)
         bucket.pending -= 1
+        if bucket.pending == 0 and self.batched_grad_copy:
+            self._flush_deferred_copies(bucket)
         if (bucket.pending == 0 and self._mark_bucket_ready(bucket)
                 and self.next_bucket == len(self.buckets)):
             # Every bucket has started: reduce the used-parameter map, then finish at
@@ -410,12 +478,16 @@ class Reducer:
         if grad is None:
             view.zero_()
         elif self.gradient_as_bucket_view and grad.data_ptr() == view.data_ptr():
-            if self.comm_hook is None:
+            if self.comm_hook is None and not self.batched_grad_copy:
                 view.div_(self.div_factor)  # type: ignore[arg-type]
         else:
-            if grad.dtype != view.dtype or grad.shape != view.shape:
-                raise RuntimeError(f"Expected {view.type()} of shape {tuple(view.shape)}, got "
-                                   f"{grad.type()} of shape {tuple(grad.shape)}")
+            expected = self.mixed_precision_param_dtype or view.dtype
+            if grad.dtype != expected or grad.shape != view.shape:
+                raise RuntimeError(f"Expected {expected} of shape {tuple(view.shape)}, got "
+                                   f"{grad.dtype} of shape {tuple(grad.shape)}")
+            if self.batched_grad_copy and not grad.requires_grad:
+                bucket.deferred.append(intra)
+                return
             if self.comm_hook is None and not grad.requires_grad:
                 torch.mul(grad, self._reciprocal(grad.dtype), out=view)
             elif self.comm_hook is None:
@@ -427,6 +499,23 @@ class Reducer:
                 view.copy_(grad)
             if self.gradient_as_bucket_view:
                 param.grad = view
+
+    def _flush_deferred_copies(self, bucket: Bucket) -> None:
+        """``batched_grad_copy``: the deferred gradients into the bucket in one
+        ``_foreach_copy_``, then one in-place division of the whole flat bucket (torch's
+        ``flush_deferred_copies``; sparse buckets are left alone)."""
+        if bucket.expect_sparse:
+            return
+        if bucket.deferred:
+            grads = [bucket.params[i].grad for i in bucket.deferred]
+            views = [bucket.views_in[i] for i in bucket.deferred]
+            torch._foreach_copy_(views, grads)  # type: ignore[arg-type]
+            if self.gradient_as_bucket_view:
+                for i in bucket.deferred:
+                    bucket.params[i].grad = bucket.views_in[i]
+            bucket.deferred = []
+        if self.comm_hook is None:
+            bucket.gradients.div_(self.div_factor)  # type: ignore[arg-type]
 
     def _copy_sparse_grad_in(self, bucket: Bucket, index: int) -> None:
         grad = self.params[index].grad
@@ -469,9 +558,19 @@ class Reducer:
         if buckets[self.next_bucket] is not bucket:
             return False
         while self.next_bucket < len(buckets) and buckets[self.next_bucket].pending == 0:
-            self._all_reduce_bucket(buckets[self.next_bucket])
+            ready = buckets[self.next_bucket]
+            if not self._should_skip_all_reduce(ready):
+                self._all_reduce_bucket(ready)
             self.next_bucket += 1
         return True
+
+    def _should_skip_all_reduce(self, bucket: Bucket) -> bool:
+        """``skip_all_reduce_unused_params`` and every parameter of the bucket unused in
+        this iteration (torch's ``should_skip_all_reduce_bucket``)."""
+        if not self.skip_all_reduce_unused_params:
+            return False
+        unused = set(self.unused_parameters)
+        return all(i in unused for i in bucket.variable_indices)
 
     def _all_reduce_bucket(self, bucket: Bucket) -> None:
         tensor = bucket.sparse_grad if bucket.expect_sparse else bucket.gradients
@@ -516,6 +615,8 @@ class Reducer:
             else:
                 self._copy_grad_in(bucket, intra)
         for bucket in self.buckets:
+            if self.batched_grad_copy:
+                self._flush_deferred_copies(bucket)
             self._all_reduce_bucket(bucket)
         self.finalize_backward()
 
@@ -527,6 +628,12 @@ class Reducer:
         self.first_autograd_hook_called = False
         check_unused = self.static_graph or self.find_unused_parameters
         for bucket in self.buckets:
+            if bucket.future is None and bucket.work is None:
+                # A bucket ``skip_all_reduce_unused_params`` did not reduce: untouched.
+                if not self.skip_all_reduce_unused_params:
+                    raise RuntimeError("currently only support to skip all reduce for unused "
+                                       "params when skip_all_reduce_unused_params_ is true.")
+                continue
             if bucket.future is not None:
                 result = hook_result(bucket.future.wait())
             else:
@@ -549,6 +656,9 @@ class Reducer:
             self.div_factor = None
             if not bucket.expect_sparse:
                 self._finalize_bucket_dense(bucket, check_unused)
+        if self._installed_futures is not None:
+            futures, self._installed_futures = self._installed_futures, None
+            torch.futures.collect_all(futures).wait()
         if self._track_local_use and not self.local_used_reduced:
             assert self._local_used_work is not None
             self._local_used_work.wait()
@@ -676,6 +786,10 @@ class Reducer:
             out.append(GradBucket(i, len(self.buckets), zeros,
                                   bucket.offsets, bucket.lengths, bucket.sizes, bucket.params))
         return out
+
+    def run_allreduce_hook(self, grad_bucket: GradBucket) -> torch.futures.Future:
+        """The default SUM allreduce of a bucket as a future (``_run_allreduce_hook``)."""
+        return allreduce_sum_future(self.process_group, grad_bucket.buffer())
 
     def run_comm_hook(self, grad_bucket: GradBucket) -> torch.futures.Future:
         if self.comm_hook is None:

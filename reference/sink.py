@@ -17,15 +17,19 @@ import torch
 
 class DDPSink(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, on_backward: Callable[[], None], *inputs: Any) -> tuple[Any, ...]:  # type: ignore[override]
+    def forward(ctx: Any, on_backward: Callable[[], None], clone: bool,  # type: ignore[override]
+                *inputs: Any) -> tuple[Any, ...]:
         ctx.set_materialize_grads(False)
         ctx.on_backward = on_backward
-        # Outputs are cloned (torch's default ``_ddp_sink_clone``) so that in-place edits
-        # of the returned tensors do not trip the view/in-place checks.
+        # Outputs are cloned unless ``_set_ddp_sink_clone(False)`` (torch's default
+        # ``_ddp_sink_clone``) so that in-place edits of the returned tensors do not trip
+        # the view/in-place checks.
+        if not clone:
+            return inputs
         return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:  # type: ignore[override]
         ctx.on_backward()
-        return (None, *grad_outputs)
+        return (None, None, *grad_outputs)
 
