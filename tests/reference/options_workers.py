@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -356,6 +357,35 @@ def buffer_hooks(rank: int, world_size: int) -> dict[str, list[str]]:
         def setup(ddp: nn.Module, model: nn.Module, hook: Any = hook, where: Any = where) -> None:
             ddp._register_buffer_comm_hook(dist.group.WORLD, hook, where)  # type: ignore[operator]
         out[name] = both(models.ConvBN, {}, setup)
+    return out
+
+
+def buffer_futures_awaited(rank: int, world_size: int) -> dict[str, list[bool]]:
+    """A POST_FORWARD buffer hook whose futures finish 0.3 s later (a timer): are they
+    done when ``backward()`` returns? (The reducer awaits them at its end.)"""
+    out = {}
+    for impl, cls in IMPLS.items():
+        futures: list[Any] = []
+
+        def slow(state: Any, named_buffers: dict[str, torch.Tensor],
+                 futures: list[Any] = futures) -> list[Any]:
+            futures.clear()
+            for b in named_buffers.values():
+                if b.is_floating_point():
+                    dist.all_reduce(b)
+                    late: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+                    threading.Timer(0.3, late.set_result, (b,)).start()
+                    futures.append(late)
+            return list(futures)
+
+        torch.manual_seed(0)
+        ddp = cls(models.ConvBN())
+        ddp._register_buffer_comm_hook(None, slow)
+        done = []
+        for _ in range(2):
+            models.loss_of(ddp(torch.randn(4, 2, 4, 4))).backward()
+            done.append(all(f.done() for f in futures) and len(futures) > 0)
+        out[impl] = done
     return out
 
 

@@ -78,6 +78,14 @@ def test_training_options_like_torch(names: list[str]) -> None:
         assert per_rank == {name: [] for name in names}
 
 
+def test_batched_grad_copy_divides_the_flat_bucket_like_torch_on_3_ranks() -> None:
+    """With 3 ranks ``x / 3`` and ``x * (1/3)`` differ in the last bit: batched copies
+    divide (``div_``), unbatched ones multiply by the reciprocal."""
+    names = ["batched", "batched_grad_view", "batched_static"]
+    for per_rank in run_distributed(ow.compare_specs, 3, names):
+        assert per_rank == {name: [] for name in names}
+
+
 def test_cap_list_layouts_like_torch() -> None:
     ranks = run_distributed(ow.layouts, 2)
     _same(ranks)
@@ -137,6 +145,11 @@ def test_fused_optimizer_like_torch() -> None:
 def test_buffer_comm_hooks_like_torch() -> None:
     for per_rank in run_distributed(ow.buffer_hooks, 2):
         assert per_rank == {"post_futures": [], "pre_sync": []}
+
+
+def test_buffer_hook_futures_awaited_at_end_of_backward_like_torch() -> None:
+    for per_rank in run_distributed(ow.buffer_futures_awaited, 2):
+        assert per_rank == {"torch": [True, True], "reference": [True, True]}
 
 
 def test_update_process_group_like_torch() -> None:
