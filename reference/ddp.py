@@ -1,10 +1,62 @@
 """The module wrapper: torch's ``DistributedDataParallel`` in pure Python.
 
-Specifies ``torch/nn/parallel/distributed.py`` (torch 2.13) for the options listed in the
-constructor: which parameters are reduced, the initial synchronisation, what happens
-before and after each forward (buffer broadcast, ``no_sync``, unused-parameter search,
-bucket rebuild, Join notifications), comm hooks and the Join protocol. The reduction
-itself lives in :mod:`.reducer`.
+Specifies ``torch/nn/parallel/distributed.py`` (torch 2.13) over its public surface: every
+constructor argument, in torch's order and with torch's defaults (``dim``, the buffer
+options ``broadcast_buffers``/``forward_sync_buffers``, ``init_sync``, ``process_group`` or
+a 1-D ``device_mesh``, ``bucket_cap_mb``/``bucket_cap_mb_list``,
+``find_unused_parameters``, ``check_reduction``, ``gradient_as_bucket_view``,
+``static_graph``, ``delay_all_reduce_named_params``/``param_to_hook_all_reduce``,
+``mixed_precision``, ``skip_all_reduce_unused_params``, ``batched_grad_copy``); which
+parameters are reduced, the initial synchronisation, what happens before and after each
+forward (buffer sync or buffer comm hook, ``no_sync``, unused-parameter search, bucket
+rebuild, Join notifications, the delayed parameters' gradient buffer); comm hooks (Python,
+built-in, fused optimizer), ``_update_process_group``, the ignore helpers, pickling and
+the Join protocol. The reduction itself lives in :mod:`.reducer`, mixed precision in
+:mod:`.mixed_precision`.
+
+What the reference deliberately does not copy, and why
+------------------------------------------------------
+* **Logging internals**: ``self.logger`` (``dist.Logger``), ``_set_ddp_runtime_logging_
+  sample_rate``'s sampling, timers and the comm-hook name. ``_get_ddp_logging_data`` gives
+  only the bucket subset (sizes, cap, rebuild state and order), which is what conformance
+  is judged on; the rest describes torch's own C++ process, not DDP semantics.
+* **CUDA streams and events**: the side stream of input copies
+  (``use_side_stream_for_tensor_copies``), mixed precision's copy stream and events, the
+  upcast stream. The reference works on the current stream; on CPU this is what makes its
+  mixed precision run at all (torch's raises "cpu backend doesn't support events" there).
+* **Python-reducer / compiled-autograd mode** (``torch._dynamo.config.optimize_ddp =
+  "python_reducer"``): a torch.compile integration (``_register_accum_grad_hook``,
+  ``_inside_ddp_forward``'s ``_active_ddp_module``, inductor fusion flags), not a DDP
+  semantics of its own; the reference always reduces with its reducer.
+* **RRef outputs** (``_tree_flatten_with_rref``): distributed-autograd RPC outputs; the
+  reference finds tensors in tensors, sequences, dicts and dataclasses only.
+* **SyncBatchNorm handle** (``_passing_sync_batchnorm_handle``): SyncBatchNorm needs
+  CUDA, and torch only uses the walk to refuse it on CPU modules.
+* **Multi-device paths**: ``scatter``, ``gather``, ``to_kwargs`` and ``dim``'s use by them
+  (single-process multi-device DDP is gone from torch; ``dim`` is stored only), and
+  ``device_ids`` input moves use a plain ``.to(device)``, not torch's streamed
+  ``_to_kwargs``.
+* **Optimizer in backward** (``_apply_optimizer_in_backward`` seen by ``_lazy_init``'s
+  ``_setup_in_backward_optimizers``): torch's hook needs an accelerator ("Cannot access
+  accelerator device when none is available" on CPU), so it cannot be checked here; the
+  reference ignores ``_in_backward_optimizers``.
+* **Sparse metadata** (``_set_sparse_metadata``) and the **2-D mesh** transform for
+  tensor parallelism (``_pre_dp_module_transform`` for a mesh sliced from a larger one):
+  TorchRec / DTensor integrations outside DDP's data-parallel contract.
+* **Debug-mode checks** (``TORCH_DISTRIBUTED_DEBUG``: ``_build_debug_param_to_name_mapping``
+  consistency errors, per-rank unused-parameter logs): the reference always names the
+  parameters in its errors instead.
+* Known deviations kept on purpose: the shape check at construction adds one allgather so
+  that every rank raises on a mismatch (torch: only the mismatching rank), and the
+  "Expected to have finished reduction" error lists parameter names as torch does only in
+  debug mode.
+* Torch defects *kept* as torch has them (the reference is a specification of torch 2.13,
+  not of what it intends): ``_get_data_parallel_params(named_params=True)`` yields ignored
+  parameters too; the all-delayed check names root-level parameters ``".name"``; a
+  delayed-allreduce DDP whose every trainable parameter is delayed has no reducer and
+  torch's forward on it raises ``AttributeError: ... '_lazy_init_ran'`` (the reference's
+  forward runs the path torch intends: the module's own ``forward`` and
+  ``_clear_grad_buffer``).
 """
 from __future__ import annotations
 
@@ -80,9 +132,9 @@ def _buffer_sync_options(broadcast_buffers: bool | None,
 class DistributedDataParallel(nn.Module, Joinable):
     """Data parallelism over a process group, with torch DDP's semantics.
 
-    Accepts torch's ``module, device_ids, output_device, broadcast_buffers,
-    process_group, bucket_cap_mb, find_unused_parameters, gradient_as_bucket_view,
-    static_graph, init_sync``; any other torch DDP argument is a ``TypeError`` naming it.
+    Takes torch 2.13's constructor arguments, in its positional order and with its
+    defaults (see the module docstring for what each one does and what is not copied);
+    an unknown argument is a ``TypeError`` naming it.
 
     The constructor builds ``self.reducer`` as ``self.reducer_class(...)``: a subclass may
     set ``reducer_class`` to a :class:`~ddp_reference.reducer.Reducer` subclass to change
@@ -678,6 +730,13 @@ class DistributedDataParallel(nn.Module, Joinable):
         for name, buffer in module.named_buffers():
             if name in params_and_buffers_to_ignore:
                 buffer._ddp_ignored = True  # type: ignore[attr-defined]
+
+    def _set_ddp_runtime_logging_sample_rate(self, sample_rate: int) -> None:
+        """Accepted and validated as torch does; the reference keeps no runtime timings."""
+        if sample_rate < 1:
+            raise ValueError("DDP runtime logging sample rate should be equal or greater "
+                             "than 1")
+        self._ddp_runtime_logging_sample_rate = sample_rate
 
     def _remove_autograd_hooks(self) -> None:
         """Remove the reducer's hooks from the parameters' gradient accumulators."""
