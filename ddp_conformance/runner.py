@@ -241,6 +241,12 @@ class Runner:
             evidence.failures, evidence.figures, evidence.checks, evidence.notes)
         if scenario.id in self.reference_notes:
             result.notes.append(self.reference_notes[scenario.id])
+        if scenario.torch_limit is not None:
+            raised = sorted({r.raised for r in records.values() if r.raised})
+            result.notes.append(
+                f"refused, like torch: {raised[0]}" if raised else
+                "went on beyond torch's limit here, judged on its values (torch: "
+                f"{scenario.torch_limit})")
         return result
 
     def reference_records(self, scenario: Scenario, spec: str) -> dict[int, RankRecord] | None:

@@ -127,3 +127,80 @@ SCENARIOS += [
                           r"torch.futures.Future\[torch.Tensor\]",
              description="a hook whose return annotation is not Future[Tensor] is refused"),
 ]
+
+SCENARIOS += [
+    # --- what the constructor refuses, on every rank ------------------------------------
+    Scenario("surface/no-trainable-parameters", "all_frozen",
+             expect_error=r"not needed when a module doesn't have any parameter that "
+                          r"requires a gradient",
+             description="a module with no parameter requiring a gradient is refused"),
+    Scenario("surface/uninitialized-parameters", "lazy",
+             expect_error=r"(?i)uninitialized parameter",
+             description="a module with uninitialized (lazy) parameters is refused"),
+    Scenario("surface/delay-all-reduce-without-hook-parameter", "mlp",
+             ddp_options={"delay_all_reduce_named_params": ["4.weight"]},
+             expect_error=r"ValueError: .*set at the same time",
+             description="delay_all_reduce_named_params without param_to_hook_all_reduce"),
+    Scenario("surface/sync-batchnorm-on-cpu", "sync_bn", backends=("gloo",),
+             expect_error=r"SyncBatchNorm",
+             description="SyncBatchNorm in a CPU module: refused (SyncBatchNorm runs on GPU "
+                         "modules only)"),
+    Scenario("surface/copy-on-a-subgroup", "mlp", steps=2, groups=((0, 1),), world_sizes=(2,),
+             copy_wrapper="pickle", copy_wrapper_at=1,
+             expect_error=r"(?i)pickling.*only supported .*default process group",
+             description="pickling a DDP on a group other than the default one is refused"),
+    # --- what DDP must leave alone ---------------------------------------------------------
+    Scenario("surface/ignored-parameters-and-buffers", "ignored", steps=3,
+             description="a frozen layer and a buffer named by "
+                         "_set_params_and_buffers_to_ignore_for_model: neither broadcast "
+                         "nor reduced"),
+    Scenario("surface/static-graph-with-find-unused", "unused_on_rank1", steps=4,
+             ddp_options={"static_graph": True, "find_unused_parameters": True},
+             description="static_graph with find_unused_parameters (a warning: the static "
+                         "graph finds unused parameters itself)"),
+]
+
+SCENARIOS += [
+    # --- mixed precision: torch 2.13 runs it with CUDA streams and events only -----------
+    # On CPU torch's first forward raises ("cpu backend doesn't support events"): a limit of
+    # its implementation. A DDP that goes on is judged on its values. Forward and backward
+    # run on float16 copies of the parameters (u = 2**-11 = 4.9e-4 per rounded result): the
+    # three layers' forward and backward round ~10 results on the way to each gradient,
+    # and the float16 reduction of W <= 4 terms adds W u: 5e-3 (10 u) bounds the norm-wise
+    # error against the float32 oracle (measured: 1.3e-4 at 2 ranks); a reduction in
+    # another dtype is caught by trace.dtype.
+    Scenario("surface/mixed-precision-fp16", "mlp", steps=3, rtol=5e-3,
+             ddp_options={"mixed_precision": {"param_dtype": "float16"}},
+             torch_limit=r"cpu backend doesn't support events",
+             description="mixed_precision(param_dtype=float16): float16 forward and "
+                         "backward, reduced in float16, full-precision parameters and "
+                         "gradients outside"),
+    Scenario("surface/mixed-precision-reduce-fp32", "mlp", steps=3, rtol=5e-3,
+             ddp_options={"mixed_precision": {"param_dtype": "float16",
+                                              "reduce_dtype": "float32"}},
+             torch_limit=r"cpu backend doesn't support events",
+             description="mixed_precision(param_dtype=float16, reduce_dtype=float32): "
+                         "gradients reduced in float32"),
+]
+
+SCENARIOS += [
+    Scenario("surface/mixed-precision-ignored", "ignored", steps=3, rtol=5e-3,
+             ddp_options={"mixed_precision": {"param_dtype": "float16",
+                                              "buffer_dtype": "float16"}},
+             torch_limit=r"cpu backend doesn't support events",
+             description="mixed_precision with parameters and a buffer DDP ignores: they "
+                         "are neither cast nor reduced (the argument of "
+                         "surface/mixed-precision-fp16)"),
+    # noop_hook communicates nothing: on data that is the same on every rank each local
+    # gradient already is the average (W copies of g/W summed: within float32 rounding).
+    Scenario("surface/noop-hook-replicated-data", "mlp_replicated_data", steps=3,
+             comm_hook="noop", trace_volume=False,
+             description="debugging_hooks.noop_hook: no collective, the local gradient "
+                         "kept"),
+    # bf16_compress_hook: torch refuses it without CUDA and NCCL (a limit of its build). A
+    # DDP that runs it reduces in bfloat16 (u = 2**-8 = 3.9e-3): (W + 1) roundings of u
+    # relative to the summed magnitude, 2e-2 for W = 4; 3e-2 is the bfloat16 rtol.
+    Scenario("surface/bf16-compress-hook", "mlp", comm_hook="bf16_compress", rtol=3e-2,
+             torch_limit=r"BF16 all reduce communication hook required CUDA",
+             description="bf16_compress_hook: a bfloat16 reduction, bfloat16 tolerance"),
+]

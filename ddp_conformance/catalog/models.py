@@ -463,3 +463,4 @@ register(ModelSpec("unused_first_on_rank1", BranchFirst, _branchy_batch, mse,
 from ddp_conformance.catalog import composed as _composed  # noqa: E402, F401
 from ddp_conformance.catalog import real_models as _real_models  # noqa: E402, F401
 from ddp_conformance.catalog import value_models as _value_models  # noqa: E402, F401
+from ddp_conformance.catalog import surface_models as _surface_models  # noqa: E402, F401

@@ -193,6 +193,7 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
     ``(None, dist.BuiltinCommHookType.X)`` (``_register_builtin_comm_hook`` takes the type)."""
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import (
+        debugging_hooks,
         default_hooks,
         post_localSGD_hook,
         powerSGD_hook,
@@ -219,6 +220,10 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
             process_group=process_group, matrix_approximation_rank=2,
             start_powerSGD_iter=2, use_error_feedback=True, warm_start=False, random_seed=0)
         return state, powerSGD_hook.batched_powerSGD_hook
+    if name == "noop":
+        return None, debugging_hooks.noop_hook
+    if name == "bf16_compress":
+        return process_group, default_hooks.bf16_compress_hook
     if name == "misannotated_bucket":
         return process_group, _misannotated_bucket
     if name == "misannotated_return":

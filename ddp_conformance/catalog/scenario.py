@@ -95,6 +95,11 @@ class CommHook(StringEnum):
     #: An allreduce hook whose ``bucket`` is annotated as something else than
     #: ``dist.GradBucket``, and one whose return annotation is not
     #: ``torch.futures.Future[torch.Tensor]``: DDP refuses both at registration.
+    #: ``debugging_hooks.noop_hook``: no communication, the local gradient stays (judged
+    #: on data that is the same on every rank).
+    NOOP = "noop"
+    #: ``bf16_compress_hook``: a bfloat16 reduction (torch needs CUDA and NCCL for it).
+    BF16_COMPRESS = "bf16_compress"
     MISANNOTATED_BUCKET = "misannotated_bucket"
     MISANNOTATED_RETURN = "misannotated_return"
 
@@ -195,6 +200,11 @@ class Scenario:
     #: checks then require it on every rank, and no value check runs (the step that raised
     #: may have left its reduction unfinished, so even earlier steps' gradients can differ).
     expect_error: str | None = None
+    #: A limit of torch's own implementation, not of DDP's semantics (a regular expression
+    #: on torch's "Type: message", for the record): here a candidate may refuse, as torch
+    #: does (an error on every rank, no hang: "refused, like torch"), or go on and be
+    #: judged on its values against the oracle like any scenario.
+    torch_limit: str | None = None
     #: Rank ``r`` trains on ``batch_size + r * batch_size_step`` samples: uneven per-rank
     #: batches. DDP averages the per-rank *means* (each rank's loss is its own mean), which
     #: is not the sample-weighted mean over the global batch; the oracle computes DDP's.
@@ -252,9 +262,18 @@ class Scenario:
         if self.copy_wrapper is not None and self.optimizer != Optimizer.SGD:
             raise ValueError(f"scenario {self.id!r}: copy_wrapper rebuilds the optimizer, so "
                              f"it needs the stateless optimizer 'sgd'")
+        if self.expect_error is not None and self.torch_limit is not None:
+            raise ValueError(f"scenario {self.id!r}: expect_error (every rank must raise) and "
+                             f"torch_limit (a candidate may refuse or go on) exclude each other")
         if self.eval_between_steps and self.join is not None:
             raise ValueError(f"scenario {self.id!r}: eval_between_steps under Join is not "
                              f"modelled (joined ranks shadow no eval forward)")
+
+    @property
+    def may_raise(self) -> bool:
+        """Whether a rank's error is part of the scenario (expected, or a torch limit)
+        rather than the candidate's ERROR."""
+        return self.expect_error is not None or self.torch_limit is not None
 
     def batch_size_for(self, rank: int) -> int:
         """The batch size of ``rank`` (``batch_size_step`` makes it grow with the rank)."""

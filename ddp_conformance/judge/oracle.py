@@ -104,9 +104,28 @@ def run_oracle(scenario: Scenario, ranks: int | list[int], device: torch.device,
         torch.set_num_threads(threads)
     try:
         group = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
-        return _run_oracle(scenario, group, device)
+        try:
+            return _run_oracle(scenario, group, device)
+        except Exception:
+            if scenario.expect_error is None:
+                raise
+            # A scenario whose model cannot train at all (the error it expects of DDP is
+            # the model's own: no parameter to reduce) has only its initial state to judge.
+            return _initial_state(scenario, group, device)
     finally:
         torch.set_num_threads(previous_threads)
+
+
+def _initial_state(scenario: Scenario, ranks: list[int], device: torch.device) -> OracleRecord:
+    """The oracle of an expected error that leaves no training to simulate: rank 0's
+    initial parameters (those initialized: a lazy module's have no values yet) and every
+    rank's own initial buffers."""
+    from torch.nn.parameter import is_lazy
+
+    model = build_module(scenario, ranks[0], device)
+    return OracleRecord(_clone({n: p for n, p in model.named_parameters() if not is_lazy(p)}),
+                        {r: _clone({n: b for n, b in build_module(scenario, r, device)
+                                    .named_buffers() if not is_lazy(b)}) for r in ranks})
 
 
 def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> OracleRecord:

@@ -46,8 +46,16 @@ class Context:
 
     @property
     def expects_error(self) -> bool:
-        """The scenario's iteration must raise: it is no DDP step, only the error counts."""
-        return self.scenario.expect_error is not None
+        """The scenario's iteration must raise, or (at a torch limit) the candidate refused:
+        it is no DDP step, only the error counts."""
+        return self.scenario.expect_error is not None or self.refused
+
+    @property
+    def refused(self) -> bool:
+        """At a torch limit (``Scenario.torch_limit``), some rank raised: the candidate
+        refused, as torch does, and every rank must have."""
+        return self.scenario.torch_limit is not None and any(
+            rec.raised for rec in self.records.values())
 
 
 Applies = Callable[[Context], bool]
@@ -126,7 +134,10 @@ def expecting_error(ctx: Context) -> bool:
 
 
 def against_reference(ctx: Context) -> bool:
-    return values(ctx) and ctx.reference is not None
+    """Values to compare with the reference DDP's, which went on too (at a torch limit the
+    reference may itself have refused)."""
+    return values(ctx) and ctx.reference is not None and not any(
+        rec.raised for rec in ctx.reference.values())
 
 
 def traced(ctx: Context) -> bool:

@@ -96,7 +96,7 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
         # engine around the optimizer (DeepSpeed, fairscale's OSS) do it, and sync, here.
         adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
-        if scenario.expect_error is None:
+        if not scenario.may_raise:
             raise
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
     na = missing_capabilities(scenario, adapter.capabilities)
@@ -105,7 +105,7 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
     try:
         _register_hooks(scenario, adapter, process_group)
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
-        if scenario.expect_error is None:
+        if not scenario.may_raise:
             raise
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
 
@@ -127,7 +127,7 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
                    device, clock, process_group, hooks)
             TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
-        if scenario.expect_error is None:
+        if not scenario.may_raise:
             raise
         record.raised = f"{type(exc).__name__}: {exc}"
     finally:

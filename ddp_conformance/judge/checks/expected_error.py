@@ -13,10 +13,20 @@ def expected_error(ctx: Context) -> None:
     iteration" for a parameter unused without ``find_unused_parameters``, or the
     ``RuntimeError`` of a second ``register_comm_hook``. No hang: the deadline turns a hang
     into TIMEOUT before this check runs. The failing iteration is no DDP step, so no value
-    check runs with it (``trace.consistent`` still does)."""
+    check runs with it (``trace.consistent`` still does).
+
+    At a torch limit (``scenario.torch_limit``) where the candidate refused: an error on
+    every rank, of any text ("refused, like torch"); a candidate that goes on there is
+    judged by the value checks instead."""
     ev, pattern = ctx.evidence, ctx.scenario.expect_error
-    assert pattern is not None
     ev.ran("expected_error")
+    if pattern is None:  # a refusal at a torch limit: any error, but on every rank
+        for rank, rec in sorted(ctx.records.items()):
+            if not rec.raised:
+                ev.fail("expected_error", f"rank {rank} went on while other ranks refused "
+                        f"(torch's limit here: {ctx.scenario.torch_limit!r}); a refusal must "
+                        f"be on every rank", None, rank)
+        return
     for rank, rec in sorted(ctx.records.items()):
         if not rec.raised:
             ev.fail("expected_error", f"rank {rank} finished its {len(rec.steps)} steps without "

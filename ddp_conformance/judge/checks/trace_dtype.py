@@ -17,7 +17,7 @@ from ddp_conformance.judge.wire_dtypes import holders, lossless, same, shortfall
 
 #: The dtype a comm hook puts on the wire, when it is not the gradients' own.
 HOOK_WIRE_DTYPE = {"fp16_compress": "float16", "builtin_fp16_compress": "float16",
-                   "fp16_compress_wrapper": "float16"}
+                   "fp16_compress_wrapper": "float16", "bf16_compress": "bfloat16"}
 
 
 def hook_wire_dtype(scenario: Scenario) -> str | None:
@@ -29,6 +29,9 @@ def hook_wire_dtype(scenario: Scenario) -> str | None:
     """
     if scenario.sync_strategy == SyncStrategy.FORCED_SYNC:
         return None
+    mixed = scenario.ddp_options.get("mixed_precision")
+    if mixed:  # DDP's own hook: the bucket cast to reduce_dtype, else kept in param_dtype
+        return mixed.get("reduce_dtype") or mixed.get("param_dtype")
     return HOOK_WIRE_DTYPE.get(scenario.comm_hook or "")
 
 
@@ -41,7 +44,8 @@ def wire_dtype(ctx: Context) -> None:
 
     - With a comm hook that sets the wire dtype (``fp16_compress``: float16, torch's
       ``fp16_compress_hook`` casts each bucket to float16), exactly that dtype: a hook
-      that is ignored is caught. Not under ``forced_sync``, where the hook never runs
+      that is ignored is caught. Under ``mixed_precision`` likewise its ``reduce_dtype``
+      (``param_dtype`` where none is given), as torch's upcast hook reduces. Not under ``forced_sync``, where the hook never runs
       (:func:`hook_wire_dtype`).
     - Strict profile (``torch``, ``reference``, ``--strict-profile``): torch's exact wire
       dtype, the gradients' own (torch's reducer buckets per dtype and reduces each bucket

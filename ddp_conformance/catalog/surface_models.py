@@ -1,0 +1,85 @@
+"""Models for torch 2.13 DDP's surface beyond training (``suites/test_surface.py``): the
+modules DDP's constructor must refuse, and a module that names what DDP must ignore."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ddp_conformance.catalog.models import ModelSpec, _normal_batch, mse, register
+
+
+def build_all_frozen() -> nn.Module:
+    """No parameter requires a gradient: DDP has nothing to reduce and refuses the module."""
+    model = nn.Sequential(nn.Linear(8, 4))
+    model.requires_grad_(False)
+    return model
+
+
+def build_lazy() -> nn.Module:
+    """An ``nn.LazyLinear`` before its first forward: its parameters are uninitialized, so
+    their shapes cannot be checked across ranks and DDP refuses the module."""
+    return nn.Sequential(nn.LazyLinear(4))
+
+
+def build_sync_bn() -> nn.Module:
+    """A BatchNorm converted to ``SyncBatchNorm`` on CPU: SyncBatchNorm works on GPU
+    modules only (torch's DDP refuses it at construction, SyncBatchNorm itself in forward)."""
+    return nn.SyncBatchNorm.convert_sync_batchnorm(
+        nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4)))
+
+
+class Ignored(nn.Module):
+    """A layer trained by DDP, a frozen layer, a frozen parameter of the root module and a
+    constant buffer that the model names with ``DistributedDataParallel.
+    _set_params_and_buffers_to_ignore_for_model`` (torch's static method: it sets
+    ``_ddp_params_and_buffers_to_ignore`` and marks each tensor ``_ddp_ignored``). DDP
+    must neither broadcast, reduce nor (under ``mixed_precision``) cast them; they are equal
+    on every rank from the same seed, so the values are the oracle's either way, and the
+    trace shows what DDP touched. The root's own trained ``gain`` comes first among the
+    root's parameters, as a module's own parameters do in ``modules()`` order."""
+
+    IGNORED = ("offset", "frozen.weight", "frozen.bias", "scale")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.linspace(0.5, 1.5, 4))
+        self.offset = nn.Parameter(torch.full((4,), 0.25), requires_grad=False)
+        self.trained = nn.Linear(8, 4)
+        self.frozen = nn.Linear(4, 4)
+        self.frozen.requires_grad_(False)
+        self.register_buffer("scale", torch.full((4,), 0.5))
+        from torch.nn.parallel import DistributedDataParallel
+
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+            self, list(self.IGNORED))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.frozen(self.trained(x) * self.gain + self.offset) * self.scale
+
+
+register(ModelSpec("all_frozen", build_all_frozen, _normal_batch((8,), 4), mse,
+                   "no parameter requires a gradient"))
+register(ModelSpec("lazy", build_lazy, _normal_batch((8,), 4), mse,
+                   "an uninitialized LazyLinear"))
+register(ModelSpec("sync_bn", build_sync_bn, _normal_batch((8,), 4), mse,
+                   "SyncBatchNorm in a CPU module"))
+register(ModelSpec("ignored", Ignored, _normal_batch((8,), 4), mse,
+                   "frozen parameters and a buffer named for DDP to ignore"))
+
+
+def _replicated_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                      step: int) -> tuple[tuple[Tensor, ...], Tensor]:
+    """The same batch on every rank (seeded by the step only): each rank's local gradient
+    is then the average DDP computes, so a hook that does not communicate is judged too."""
+    own = torch.Generator().manual_seed(1000 + step)
+    return (torch.randn((size, 8), generator=own),), torch.randn((size, 4), generator=own)
+
+
+def build_replicated_mlp() -> nn.Module:
+    from ddp_conformance.catalog.models import build_mlp
+
+    return build_mlp()
+
+
+register(ModelSpec("mlp_replicated_data", build_replicated_mlp, _replicated_batch, mse,
+                   "the MLP on the same batch on every rank"))
