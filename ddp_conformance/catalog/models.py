@@ -462,5 +462,5 @@ register(ModelSpec("unused_first_on_rank1", BranchFirst, _branchy_batch, mse,
 # The real-world models (GPT-style, ResNet, LSTM, MoE, freezing) register themselves.
 from ddp_conformance.catalog import composed as _composed  # noqa: E402, F401
 from ddp_conformance.catalog import real_models as _real_models  # noqa: E402, F401
-from ddp_conformance.catalog import value_models as _value_models  # noqa: E402, F401
 from ddp_conformance.catalog import surface_models as _surface_models  # noqa: E402, F401
+from ddp_conformance.catalog import value_models as _value_models  # noqa: E402, F401

@@ -45,8 +45,8 @@ def wire_dtype(ctx: Context) -> None:
     - With a comm hook that sets the wire dtype (``fp16_compress``: float16, torch's
       ``fp16_compress_hook`` casts each bucket to float16), exactly that dtype: a hook
       that is ignored is caught. Under ``mixed_precision`` likewise its ``reduce_dtype``
-      (``param_dtype`` where none is given), as torch's upcast hook reduces. Not under ``forced_sync``, where the hook never runs
-      (:func:`hook_wire_dtype`).
+      (``param_dtype`` where none is given), as torch's upcast hook reduces. Not under
+      ``forced_sync``, where the hook never runs (:func:`hook_wire_dtype`).
     - Strict profile (``torch``, ``reference``, ``--strict-profile``): torch's exact wire
       dtype, the gradients' own (torch's reducer buckets per dtype and reduces each bucket
       in its dtype); in a mixed model each dtype's needed elements in that dtype.
