@@ -44,7 +44,26 @@ MODELS: tuple[tuple[str, int], ...] = (
     ("unused_first_on_rank1", 2), ("random_buffer", 1), ("sparse_embedding", 1),
     ("dyadic", 1), ("fp16_overflow", 2), ("composed", 1), ("lstm", 1),
     ("resnet_channels_last", 1), ("moe", 1), ("freeze_mid_run", 1), ("gpt", 1),
+    # The values real training meets (catalog/value_models.py). ``non_finite_grad`` puts
+    # its inf and NaN in the last rank's batch, so it means something at every size.
+    ("buffer_kinds", 1), ("mlp_float64", 1), ("complex", 1), ("mlp_bfloat16", 1),
+    ("mlp_float16", 1), ("huge_tensor", 1), ("late_use", 1), ("non_finite_grad", 1),
 )
+#: Models wholly in one low-precision dtype (not autocast). Their tolerance (the dtype's
+#: rtol, judge/tolerance.py) holds for SGD and momentum, not for Adam, which scales the
+#: rounding noise of a near-zero gradient up to a full step (measured there); a lossy hook's
+#: float16 rtol would be tighter than bfloat16's, and autocast would make them mixed.
+WHOLE_DTYPE_MODELS = frozenset({"mlp_float64", "mlp_bfloat16", "mlp_float16"})
+LOW_PRECISION_MODELS = frozenset({"mlp_bfloat16", "mlp_float16"})
+#: Complex parameters: float16 compression (``buffer.to(float16)``) would drop the
+#: imaginary part of a complex bucket, and autocast leaves complex matmuls alone while
+#: casting the float32 head: neither is drawn for them.
+COMPLEX_MODELS = frozenset({"complex"})
+#: A model whose step with non-finite gradients is undone by its ``before_step`` (the
+#: parameters restored): optimizer state (momentum, Adam) would stay poisoned, and a lossy
+#: hook could overflow a finite gradient to inf where the oracle has none. Plain SGD, no
+#: lossy hook.
+NON_FINITE_MODELS = frozenset({"non_finite_grad"})
 #: ``gpt``'s activation checkpointing, none first.
 CHECKPOINTS: tuple[str | None, ...] = (None, "non_reentrant", "reentrant")
 #: Exact-valued models (every sum exact in any order: the candidate must match the oracle
@@ -57,7 +76,7 @@ EXACT_LR: dict[str, float] = {"dyadic": 0.0625, "fp16_overflow": 2.0**-16}
 #: reduction"; the catalog's errors/ scenarios check that), so a generated one sets one of
 #: the two. Sparse gradients take plain SGD (torch's Adam refuses them, by design too).
 UNUSED_MODELS = frozenset({"unused_always_and_alternate", "unused_on_rank1",
-                           "unused_first_on_rank1", "moe", "freeze_mid_run"})
+                           "unused_first_on_rank1", "moe", "freeze_mid_run", "late_use"})
 SPARSE_MODELS = frozenset({"sparse_embedding"})
 #: Models whose ranks leave different parameters without a gradient. Composer's
 #: ``forced_sync`` allreduces each ``p.grad`` that is not None, so on these the ranks issue
@@ -112,8 +131,10 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
             sync_strategy = SyncStrategy.MULTI_AUTO_SYNC
     exact = model in EXACT_LR
     optimizer = draw(st.sampled_from([Optimizer.SGD, Optimizer.SGD_MOMENTUM, Optimizer.ADAM]))
-    if exact or model in SPARSE_MODELS:
+    if exact or model in SPARSE_MODELS or model in NON_FINITE_MODELS:
         optimizer = Optimizer.SGD
+    if optimizer is Optimizer.ADAM and model in LOW_PRECISION_MODELS:
+        optimizer = Optimizer.SGD_MOMENTUM
     options: dict[str, Any] = {}
     cap = draw(st.sampled_from(BUCKET_CAPS))
     if cap is not None:
@@ -147,6 +168,14 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         if checkpoint == "reentrant":  # torch refuses it with find_unused_parameters
             options.pop("find_unused_parameters", None)
     uneven, fewer, divide = draw(st.booleans()), draw(st.integers(1, 2)), draw(st.booleans())
+    # ``late_use``: the step its late layer joins the forward (within the 1 to 4 steps).
+    first_use = draw(st.integers(0, 3))
+    if model == "late_use":
+        model_kwargs["first_use"] = first_use
+    if rtol is not None and (model in LOW_PRECISION_MODELS | COMPLEX_MODELS | NON_FINITE_MODELS):
+        hook, rtol = None, None
+    if model in WHOLE_DTYPE_MODELS | COMPLEX_MODELS:
+        autocast = None
     join = None
     if uneven and world_size > 1 and steps > 1 and microbatches == 1:
         join = JoinSpec(fewer_steps_per_rank=fewer, divide_by_initial_world_size=not divide)
@@ -176,7 +205,7 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         forwards=forwards if join is None else 1, eval_between_steps=eval_between and join is None,
         autocast=autocast,
         batch_size_step=batch_step)
-    if twice:
+    if twice and hook is not None:  # the hook may have been dropped for the model since
         fields.update(comm_hook_registrations=2, expect_error=TWICE_ERROR)
     if exact:
         fields.update(exact=True, lr=EXACT_LR[model])
