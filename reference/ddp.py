@@ -36,10 +36,9 @@ What the reference deliberately does not copy, and why
   (single-process multi-device DDP is gone from torch; ``dim`` is stored only), and
   ``device_ids`` input moves use a plain ``.to(device)``, not torch's streamed
   ``_to_kwargs``.
-* **Optimizer in backward** (``_apply_optimizer_in_backward`` seen by ``_lazy_init``'s
-  ``_setup_in_backward_optimizers``): torch's hook needs an accelerator ("Cannot access
-  accelerator device when none is available" on CPU), so it cannot be checked here; the
-  reference ignores ``_in_backward_optimizers``.
+* **Optimizer in backward**: copied (:mod:`.optim_in_backward`) but, like mixed
+  precision, without torch's optimizer stream: torch's hook needs an accelerator ("Cannot
+  access accelerator device when none is available" on CPU), the reference's runs on CPU.
 * **Sparse metadata** (``_set_sparse_metadata``) and the **2-D mesh** transform for
   tensor parallelism (``_pre_dp_module_transform`` for a mesh sliced from a larger one):
   TorchRec / DTensor integrations outside DDP's data-parallel contract.
@@ -75,7 +74,7 @@ from torch.distributed.utils import _cast_forward_inputs
 from torch.nn.parallel.distributed import _BufferCommHook, _BufferCommHookLocation
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import collectives, mixed_precision
+from . import collectives, mixed_precision, optim_in_backward
 from .buckets import BucketCapacity, initial_bucket_layout
 from .comm_hook import builtin_comm_hook, check_comm_hook
 from .join import DDPJoinHook
@@ -187,6 +186,7 @@ class DistributedDataParallel(nn.Module, Joinable):
             self._delay_all_reduce_params.append(param)
         module_params = [p for n, p in module.named_parameters()
                          if n not in self.parameters_to_ignore]
+        self._module_parameters = module_params
         if not any(p.requires_grad for p in module_params) and not self._delay_all_reduce_params:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't "
                                "have any parameter that requires a gradient.")
@@ -231,6 +231,7 @@ class DistributedDataParallel(nn.Module, Joinable):
         self._has_rebuilt_buckets = False
         self._comm_hooks: list[tuple[Any, Any]] = []
         self._ddp_sink_clone = True
+        self._lazy_init_ran = False
 
         params, expect_sparse, names = self._build_params_for_reducer()
         if init_sync:
@@ -441,6 +442,8 @@ class DistributedDataParallel(nn.Module, Joinable):
         return self._post_forward(output)
 
     def _pre_forward(self, *inputs: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not self.__dict__.get("_lazy_init_ran", True) and not torch.compiler.is_compiling():
+            self._lazy_init()
         if self._delay_all_reduce_all_params:
             return inputs, kwargs
         grad_enabled = torch.is_grad_enabled()
@@ -502,6 +505,28 @@ class DistributedDataParallel(nn.Module, Joinable):
             ddp._static_graph_delay_allreduce_enqueued = True
 
         return on_backward
+
+    def _lazy_init(self) -> None:
+        """Before the first forward (torch's ``_lazy_init``): optimizers registered with
+        ``_apply_optimizer_in_backward`` run in DDP's comm hook, after the reduction."""
+        self._setup_in_backward_optimizers()
+        self._lazy_init_ran = True
+
+    def _setup_in_backward_optimizers(self) -> None:
+        """torch's ``_setup_in_backward_optimizers``: if a DDP parameter has
+        ``_in_backward_optimizers``, their post-accumulate hooks are removed and
+        :func:`.optim_in_backward.apply_optim_in_backward_hook` reduces each bucket, sets
+        ``.grad`` to the reduced bucket view and steps the optimizers; ``.grad`` is ``None``
+        after backward. (torch's hook needs an accelerator; see that module.)"""
+        if not any(hasattr(p, "_in_backward_optimizers") for p in self._module_parameters):
+            return
+        handles = dist.optim.apply_optimizer_in_backward.param_to_optim_hook_handle_map
+        for param in self._module_parameters:
+            for handle in handles.get(param, []):
+                handle.remove()
+        self.register_comm_hook(weakref.ref(self), optim_in_backward.apply_optim_in_backward_hook(
+            self.gradient_as_bucket_view))
+        self.reducer.set_optimizer_in_backward()
 
     def _set_ddp_sink_clone(self, val: bool) -> None:
         """Whether the sink node (dynamic unused search, static graph's first iteration)

@@ -166,6 +166,9 @@ class Reducer:
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
         self.batched_grad_copy = batched_grad_copy
         self.mixed_precision_param_dtype: torch.dtype | None = None
+        #: Optimizers run in backward (``_set_optimizer_in_backward``): the reduced bucket
+        #: is not written back into ``.grad``.
+        self.optim_in_backward = False
         self._installed_futures: list[torch.futures.Future] | None = None
         n = len(self.params)
 
@@ -253,6 +256,9 @@ class Reducer:
                 bucket.gradients = bucket.gradients.to(dtype)
                 bucket.views_in = bucket_views(bucket.gradients, bucket.params, bucket.offsets)
                 bucket.views_out = bucket.views_in
+
+    def set_optimizer_in_backward(self) -> None:
+        self.optim_in_backward = True
 
     def install_futures(self, futures: Sequence[torch.futures.Future]) -> None:
         """Futures to await at the end of this backward (appended, as torch's
@@ -685,6 +691,8 @@ class Reducer:
                     view_in.copy_(views_out[intra])
                 if check_unused and self._globally_unused(bucket.variable_indices[intra]):
                     continue
+                if self.optim_in_backward:
+                    continue
                 grad = param.grad
                 if grad is None:
                     param.grad = view_in
@@ -696,6 +704,8 @@ class Reducer:
                         "parameter."
                     )
             return
+        if self.optim_in_backward:
+            return  # the optimizer already ran on the reduced bucket
         if not check_unused:
             grads = [p.grad for p in bucket.params]
             if all(g is not None for g in grads):  # common case: one batched copy

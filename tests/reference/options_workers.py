@@ -671,3 +671,36 @@ def quantization_and_bf16_under_torch(rank: int, world_size: int) -> dict[str, s
             models.loss_of(ddp(torch.randn(2, 8))).backward()
         out[name] = _error(run)
     return out
+
+
+def optimizer_in_backward(rank: int, world_size: int, grad_view: bool) -> dict[str, Any]:
+    """``_apply_optimizer_in_backward`` (SGD) under the reference's DDP against torch's
+    DDP with the same SGD stepped after backward (2 ranks: dividing after the sum equals
+    torch's pre-division bitwise); torch's own in-backward path fails on CPU."""
+    from torch.distributed.optim import _apply_optimizer_in_backward
+
+    out: dict[str, Any] = {}
+    gen = torch.Generator().manual_seed(1000 + rank)
+    data = [torch.randn(4, 8, generator=gen) for _ in range(3)]
+    ours = _mlp()
+    _apply_optimizer_in_backward(torch.optim.SGD, ours.parameters(), {"lr": 0.05})
+    ref = ddp_reference.DistributedDataParallel(ours, bucket_cap_mb=0.002,
+                                                gradient_as_bucket_view=grad_view)
+    theirs = _mlp()
+    ddp = nn.parallel.DistributedDataParallel(theirs, bucket_cap_mb=0.002,
+                                              gradient_as_bucket_view=grad_view)
+    opt = torch.optim.SGD(theirs.parameters(), lr=0.05)
+    steps = []
+    for x in data:
+        models.loss_of(ref(x)).backward()
+        models.loss_of(ddp(x)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        steps.append({"params": _diff(_params(theirs), _params(ours)),
+                      "grads": [g is None for g in _grads(ours)]})
+    out["steps"] = steps
+    broken = _mlp()
+    _apply_optimizer_in_backward(torch.optim.SGD, broken.parameters(), {"lr": 0.05})
+    torch_ddp = nn.parallel.DistributedDataParallel(broken)
+    out["torch_on_cpu"] = _error(lambda: models.loss_of(torch_ddp(data[0])).backward())
+    return out

@@ -214,3 +214,11 @@ def test_hooks_torch_itself_cannot_run_on_gloo_cpu() -> None:
     """Confirmed only: quantization and bf16 hooks fail under torch's own DDP here."""
     for per_rank in run_distributed(ow.quantization_and_bf16_under_torch, 2):
         assert all(err is not None for err in per_rank.values()), per_rank
+
+
+@pytest.mark.parametrize("grad_view", [False, True])
+def test_optimizer_in_backward_on_cpu(grad_view: bool) -> None:
+    for per_rank in run_distributed(ow.optimizer_in_backward, 2, grad_view):
+        assert "accelerator" in (per_rank["torch_on_cpu"] or "")
+        for step in per_rank["steps"]:
+            assert step["params"] == [] and all(step["grads"])
