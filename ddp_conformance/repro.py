@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 import torch
 from ddp_reference import sync_strategy
 
-from ddp_conformance.catalog import composed, procedure, real_models
+from ddp_conformance.catalog import composed, procedure, real_models, surface_models, value_models
 from ddp_conformance.catalog import models as models_module
 from ddp_conformance.catalog.procedure import broadcasts, buffers_broadcast, forward_plan, synced
 from ddp_conformance.catalog.scenario import Scenario
@@ -120,7 +120,8 @@ def refusal(scenario: Scenario, world_size: int) -> str:
 
 
 #: The modules a catalog model may be registered in (``register(ModelSpec("name", ...))``).
-CATALOG_MODULES = (models_module.__name__, real_models.__name__, composed.__name__)
+CATALOG_MODULES = (models_module.__name__, real_models.__name__, composed.__name__,
+                   value_models.__name__, surface_models.__name__)
 
 
 @dataclass

@@ -204,3 +204,19 @@ SCENARIOS += [
              torch_limit=r"BF16 all reduce communication hook required CUDA",
              description="bf16_compress_hook: a bfloat16 reduction, bfloat16 tolerance"),
 ]
+
+SCENARIOS += [
+    # An optimizer applied in backward to the model (_apply_optimizer_in_backward): DDP
+    # runs it right after each bucket's reduction. torch 2.13's end-of-backward callback
+    # then waits on an accelerator stream and raises on CPU ("Cannot access accelerator
+    # device when none is available"): a limit of its implementation.
+    Scenario("surface/optimizer-in-backward", "mlp", steps=3, optimizer="in_backward_sgd",
+             ddp_options={"bucket_cap_mb": 0.0005},
+             torch_limit=r"Cannot access accelerator device",
+             description="_apply_optimizer_in_backward(SGD): each parameter stepped in "
+                         "backward with its reduced gradient"),
+    Scenario("surface/join-find-unused", "unused_on_rank1", steps=4, min_world_size=2,
+             ddp_options={"find_unused_parameters": True}, join=JoinSpec(),
+             description="Join with find_unused_parameters: joined ranks shadow the "
+                         "used-parameter map's allreduce"),
+]

@@ -17,13 +17,13 @@ from torch import Tensor, nn
 from ddp_conformance.catalog.models import get_model
 from ddp_conformance.catalog.scenario import Accumulate, Scenario
 
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "zero_sgd", "fused_sgd")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "zero_sgd", "fused_sgd", "in_backward_sgd")
 
 
 class SteppedInBackward(torch.optim.SGD):
-    """The rank's optimizer under ``fused_sgd``: torch's ``_register_fused_optim`` steps
-    every parameter in backward, so ``step`` has nothing left to do; ``zero_grad`` is
-    SGD's."""
+    """The rank's optimizer under ``fused_sgd`` and ``in_backward_sgd``: torch's
+    ``_register_fused_optim`` (or an optimizer applied in backward) steps every parameter
+    in backward, so ``step`` has nothing left to do; ``zero_grad`` is SGD's."""
 
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
         return None
@@ -38,9 +38,9 @@ def make_optimizer(scenario: Scenario, params: Iterable[nn.Parameter],
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr=scenario.lr)
-    if scenario.optimizer == "fused_sgd" and distributed:
+    if scenario.optimizer in ("fused_sgd", "in_backward_sgd") and distributed:
         return SteppedInBackward(params, lr=scenario.lr)
-    if scenario.optimizer in ("sgd", "zero_sgd", "fused_sgd"):
+    if scenario.optimizer in ("sgd", "zero_sgd", "fused_sgd", "in_backward_sgd"):
         return torch.optim.SGD(params, lr=scenario.lr)
     if scenario.optimizer == "sgd_momentum":
         return torch.optim.SGD(params, lr=scenario.lr, momentum=0.9)

@@ -56,6 +56,10 @@ class Optimizer(StringEnum):
     #: SGD registered with torch's ``_register_fused_optim``: each parameter is stepped in
     #: backward, right after its bucket is reduced (plain SGD for the oracle).
     FUSED_SGD = "fused_sgd"
+    #: SGD applied in backward to the module before wrapping
+    #: (``torch.distributed.optim._apply_optimizer_in_backward``): DDP must run it after
+    #: each gradient's reduction, not on the local gradient (plain SGD for the oracle).
+    IN_BACKWARD_SGD = "in_backward_sgd"
 
 
 class Init(StringEnum):

@@ -224,6 +224,12 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
                 expected = expected.to_sparse()
             p.grad = None if expected is None else expected.clone()
         optimizer.step()
+        if scenario.optimizer == "in_backward_sgd":
+            # An optimizer applied in backward consumes the gradient: DDP steps each
+            # parameter after its reduction and sets its .grad to None at the end of
+            # backward (torch's _apply_optim_in_backward_hook); the step is judged on the
+            # parameters.
+            grads = {n: None if params[n].requires_grad else g for n, g in grads.items()}
         record.steps.append(OracleStep(active, grads, _clone(params),
                                        {r: _clone(rank_buffers[r]) for r in active}, at_forward,
                                        scales, defined, frozenset(zero_or_none)))

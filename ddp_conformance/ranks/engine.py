@@ -89,6 +89,10 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
             return RankRecord(rank, idle=True, trace=TRACER.take())
     group_rank, group_size = group_ranks.index(rank), len(group_ranks)
     module = build_module(scenario, rank, device)
+    if scenario.optimizer == "in_backward_sgd":  # the user's model, before DDP sees it
+        from torch.distributed.optim import _apply_optimizer_in_backward
+
+        _apply_optimizer_in_backward(torch.optim.SGD, module.parameters(), {"lr": scenario.lr})
     try:
         options = materialize(scenario.ddp_options, module, process_group, device)
         adapter = candidate.wrap(module, process_group, device, **options)
