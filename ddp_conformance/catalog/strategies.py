@@ -91,8 +91,12 @@ BUCKET_CAPS: tuple[float | None, ...] = (None, 1.0, 0.0001)
 #: needs its own tolerance story per model, and torch hangs with it on tiny buckets on Gloo.
 HOOKS: tuple[tuple[CommHook | None, float | None], ...] = (
     (None, None), (CommHook.ALLREDUCE, None), (CommHook.ALLREDUCE_TO_NEW_TENSOR, None),
-    (CommHook.FP16_COMPRESS, 4e-3),
+    (CommHook.FP16_COMPRESS, 4e-3), (CommHook.BUILTIN_ALLREDUCE, None),
+    (CommHook.POST_LOCAL_SGD, None), (CommHook.BUILTIN_FP16_COMPRESS, 4e-3),
+    (CommHook.FP16_COMPRESS_WRAPPER, 4e-3),
 )
+#: Per-bucket caps (``bucket_cap_mb_list``, torch 2.13), tiny first.
+BUCKET_CAP_LISTS: tuple[tuple[float, ...] | None, ...] = (None, (0.0001, 1.0), (0.0005, 0.0001))
 
 #: DDP process groups a generated scenario may train in, per world size (None: the world):
 #: a group that leaves a rank idle, and groups side by side (``new_group`` on every rank).
@@ -140,10 +144,13 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
     if cap is not None:
         options["bucket_cap_mb"] = cap
     for name in ("gradient_as_bucket_view", "static_graph", "find_unused_parameters",
-                 "broadcast_buffers"):
+                 "broadcast_buffers", "forward_sync_buffers", "batched_grad_copy"):
         value = draw(_maybe(st.booleans()))
         if value is not None:
             options[name] = value
+    cap_list = draw(st.sampled_from(BUCKET_CAP_LISTS))
+    if cap_list is not None:
+        options["bucket_cap_mb_list"] = list(cap_list)
     if model in UNUSED_MODELS and not options.get("static_graph"):
         options["find_unused_parameters"] = True
     hook, rtol = draw(st.sampled_from(HOOKS))
@@ -174,6 +181,12 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         model_kwargs["first_use"] = first_use
     if rtol is not None and (model in LOW_PRECISION_MODELS | COMPLEX_MODELS | NON_FINITE_MODELS):
         hook, rtol = None, None
+    if rtol is not None and optimizer is Optimizer.ADAM:
+        # Adam divides by sqrt(v): where a gradient element is small, a lossy hook's
+        # relative rounding (float16's u on the summed magnitude) becomes an O(u / |g|)
+        # change of the update, past any rtol argued from u (set aside by torch's DDP
+        # itself in fuzz runs); momentum SGD keeps the update linear in the gradient.
+        optimizer = Optimizer.SGD_MOMENTUM
     if model in WHOLE_DTYPE_MODELS | COMPLEX_MODELS:
         autocast = None
     join = None
@@ -194,6 +207,27 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         # 0/0 = NaN in a float16 parameter, in torch and the oracle alike. Real training
         # keeps float32 master weights for that; the generator keeps SGD.
         optimizer = Optimizer.SGD_MOMENTUM
+    # torch 2.13's surface beyond the options (drawn always, used where they compose):
+    # a buffer comm hook (it broadcasts from rank 0, not Join's authoritative rank), the
+    # fused optimizer (torch: no accumulation, no comm hook with it), a process-group
+    # update at a step, a copy of the wrapper (default group only; torch's copy keeps no
+    # comm hook, so none is drawn with it).
+    buffer_hook = draw(st.booleans())
+    fused = draw(st.booleans())
+    update_at = draw(_maybe(st.integers(0, 3)))
+    copy_how, copy_at = draw(_maybe(st.sampled_from(["pickle", "deepcopy", "torch_save"]))), \
+        draw(st.integers(1, 3))
+    surface: dict[str, Any] = {}
+    if buffer_hook and join is None:
+        surface["buffer_comm_hook"] = "broadcast_pre_forward"
+    if fused and optimizer is Optimizer.SGD and microbatches == 1 and hook is None \
+            and join is None and not exact:
+        optimizer = Optimizer.FUSED_SGD
+    if update_at is not None and update_at < steps and join is None:
+        surface["update_process_group_at"] = update_at
+    if copy_how is not None and copy_at < steps and optimizer is Optimizer.SGD \
+            and hook is None and join is None and groups is None and not surface:
+        surface.update(copy_wrapper=copy_how, copy_wrapper_at=copy_at)
     fields: dict[str, Any] = dict(
         model=model, steps=steps, batch_size=batch_size, microbatches=microbatches,
         accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,
@@ -204,7 +238,7 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         # desyncs with several forwards per backward under Join, by design.
         forwards=forwards if join is None else 1, eval_between_steps=eval_between and join is None,
         autocast=autocast,
-        batch_size_step=batch_step)
+        batch_size_step=batch_step, **surface)
     if twice and hook is not None:  # the hook may have been dropped for the model since
         fields.update(comm_hook_registrations=2, expect_error=TWICE_ERROR)
     if exact:
@@ -225,7 +259,8 @@ _LITERAL_ORDER = ("model", "model_kwargs", "exact", "lr", "steps", "batch_size",
                   "autocast", "accumulate",
                   "sync_strategy", "optimizer", "zero_grad_set_to_none", "ddp_options", "init",
                   "join", "comm_hook", "comm_hook_registrations", "expect_error", "rtol",
-                  "groups", "seed")
+                  "buffer_comm_hook", "update_process_group_at", "copy_wrapper",
+                  "copy_wrapper_at", "barrier_after_backward", "torch_limit", "groups", "seed")
 
 
 def scenario_literal(scenario: Scenario, scenario_id: str = "") -> str:
