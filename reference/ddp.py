@@ -694,6 +694,12 @@ class DistributedDataParallel(nn.Module, Joinable):
         self._comm_hooks.append((hook, state))
         self.reducer.register_comm_hook(state, hook)
 
+    def _check_comm_hook(self, hook: Any) -> None:
+        """torch's validation of a hook: callable, ``bucket`` annotated ``dist.GradBucket``
+        if at all, returns ``torch.futures.Future[torch.Tensor]`` if annotated, bf16 hooks
+        only with CUDA+NCCL 2.10 or XPU+XCCL."""
+        check_comm_hook(hook)
+
     def _register_builtin_comm_hook(self, comm_hook_type: dist.BuiltinCommHookType) -> None:
         """torch's C++ built-in hooks (``ALLREDUCE``, ``FP16_COMPRESS``), bound to the group
         DDP has now (see :func:`.comm_hook.builtin_comm_hook`)."""
