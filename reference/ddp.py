@@ -48,7 +48,9 @@ What the reference deliberately does not copy, and why
 * Known deviations kept on purpose: the shape check at construction adds one allgather so
   that every rank raises on a mismatch (torch: only the mismatching rank), and the
   "Expected to have finished reduction" error lists parameter names as torch does only in
-  debug mode.
+  debug mode; a hook annotated ``bucket: dist.GradBucket`` in a module with ``from
+  __future__ import annotations`` (the annotation is then a string) is accepted, where
+  torch's ``_check_comm_hook`` compares the string with the class and refuses it.
 * Torch defects *kept* as torch has them (the reference is a specification of torch 2.13,
   not of what it intends): ``_get_data_parallel_params(named_params=True)`` yields ignored
   parameters too; the all-delayed check names root-level parameters ``".name"``; a

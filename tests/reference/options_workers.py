@@ -626,6 +626,12 @@ def misc_surface(rank: int, world_size: int) -> dict[str, Any]:
         rec["no_hooks_grads"] = _grads(local.module)
         rec["no_hooks_next"] = _error(lambda local=local: local(torch.randn(2, 8)))
 
+        rec["sample_rate"] = [_error(lambda fine=fine: fine._set_ddp_runtime_logging_sample_rate(0)),
+                              _error(lambda fine=fine: fine._set_ddp_runtime_logging_sample_rate(5))]
+        rec["bf16_hook"] = _error(lambda fine=fine: fine.register_comm_hook(
+            None, default_hooks.bf16_compress_hook))
+        rec["bad_annotation"] = _error(lambda fine=fine: fine._check_comm_hook(_misannotated))
+
         for clone in (True, False):
             sink = cls(_mlp(), find_unused_parameters=True)
             sink._set_ddp_sink_clone(clone)
@@ -636,6 +642,10 @@ def misc_surface(rank: int, world_size: int) -> dict[str, Any]:
             models.loss_of(y).backward()
         out[impl] = rec
     return out
+
+
+def _misannotated(state: object, bucket: int) -> torch.futures.Future[torch.Tensor]:
+    raise NotImplementedError
 
 
 def delete_wrapper(rank: int, world_size: int) -> dict[str, Any]:
