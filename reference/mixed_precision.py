@@ -18,6 +18,12 @@ Specifies ``torch/nn/parallel/distributed.py`` (``_setup_mixed_precision_params`
 * at the end of backward the accumulator hooks are removed and parameters that do not
   require grad are swapped back too.
 
+A torch defect not kept: torch's ``set_mixed_precision_param_dtype`` replaces each bucket's
+``gradients`` by a ``param_dtype`` copy but keeps the views gradients are copied into
+(views of the old buffer), so until its bucket rebuild (after the first iteration; never
+with ``find_unused_parameters=True``) it reduces uninitialised memory. The reference's
+views follow the new buffer; after torch's rebuild both agree bitwise.
+
 Where torch needs CUDA: torch runs the copies on a side stream and synchronises with
 ``torch.Event``; on CPU its first forward raises "cpu backend doesn't support events".
 The reference does the same work synchronously on the current thread, so it runs on CPU

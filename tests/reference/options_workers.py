@@ -55,7 +55,7 @@ def _mlp(seed: int = 0) -> nn.Module:
 
 def train(impl: str, make: Callable[[], nn.Module], kwargs: dict[str, Any],
           setup: Callable[[nn.Module, nn.Module], Any] | None = None, steps: int = 4,
-          optimizer: bool = True, settle: bool = False) -> dict[str, Any]:
+          optimizer: bool = True, settle: bool = False, warmup: bool = False) -> dict[str, Any]:
     """``steps`` SGD steps of one DDP on the traced default group, rank-dependent data:
     per step the gradients after backward, the parameters and buffers after the step, and
     the collectives of the DDP's group. ``setup(ddp, model)`` runs after construction;
@@ -69,6 +69,9 @@ def train(impl: str, make: Callable[[], nn.Module], kwargs: dict[str, Any],
         setup(ddp, model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(1000 + rank)
+    if warmup:  # one backward, its gradients discarded (no step): buckets rebuilt
+        models.loss_of(ddp(torch.randn(4, 8, generator=gen))).backward()
+        opt.zero_grad(set_to_none=True)
     out: dict[str, Any] = {"init": calls(pg), "steps": []}
     for _ in range(steps):
         x = torch.randn(4, 8, generator=gen)
@@ -714,3 +717,50 @@ def optimizer_in_backward(rank: int, world_size: int, grad_view: bool) -> dict[s
     torch_ddp = nn.parallel.DistributedDataParallel(broken)
     out["torch_on_cpu"] = _error(lambda: models.loss_of(torch_ddp(data[0])).backward())
     return out
+
+
+class _NoEvent:
+    """Stands in for ``torch.Event`` on CPU: recording and waiting do nothing (the work is
+    already ordered on the one CPU stream)."""
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def wait(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _NoStream:
+    def wait_stream(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def torch_mixed_precision_on_cpu() -> Any:
+    """torch's mixed precision made runnable on CPU for the length of the block: its only
+    CPU obstacles are ``torch.Event`` and ``torch.accelerator.current_stream()``, stubbed
+    here (restored on exit)."""
+    from unittest import mock
+
+    with mock.patch.object(torch, "Event", _NoEvent), \
+            mock.patch.object(torch.accelerator, "current_stream", lambda *a: _NoStream()):
+        yield
+
+
+def mixed_precision_vs_torch(rank: int, world_size: int, param_dtype: torch.dtype,
+                             reduce_dtype: torch.dtype | None,
+                             buffer_dtype: torch.dtype | None, model: str) -> list[str]:
+    """The reference's mixed precision against torch's own, run on CPU with events and
+    the accelerator stream stubbed (:func:`torch_mixed_precision_on_cpu`), bitwise, after
+    one warm-up backward whose gradients are discarded: torch's first iteration reduces
+    uninitialised memory (``set_mixed_precision_param_dtype`` replaces the buckets'
+    ``gradients`` but not the views gradients are copied into), its bucket rebuild then
+    fixes the layout. The reference reduces the real gradients from the start
+    (:func:`mixed_precision_training` checks that)."""
+    config = _MixedPrecision(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                             buffer_dtype=buffer_dtype)
+    make = {"mlp": models.MLP, "convbn": models.ConvBN}[model]
+    with torch_mixed_precision_on_cpu(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return both(make, {"mixed_precision": config, "bucket_cap_mb": 0.002}, warmup=True)
+
