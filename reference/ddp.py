@@ -22,8 +22,10 @@ What the reference deliberately does not copy, and why
   is judged on; the rest describes torch's own C++ process, not DDP semantics.
 * **CUDA streams and events**: the side stream of input copies
   (``use_side_stream_for_tensor_copies``), mixed precision's copy stream and events, the
-  upcast stream. The reference works on the current stream; on CPU this is what makes its
-  mixed precision run at all (torch's raises "cpu backend doesn't support events" there).
+  upcast and optimizer streams. The reference works on the current stream; on CPU this is
+  what makes its mixed precision and optimizer-in-backward run at all (torch's raise "cpu
+  backend doesn't support events" / "Cannot access accelerator device" there; with those
+  two calls stubbed torch's run on CPU and match the reference bitwise).
 * **Python-reducer / compiled-autograd mode** (``torch._dynamo.config.optimize_ddp =
   "python_reducer"``): a torch.compile integration (``_register_accum_grad_hook``,
   ``_inside_ddp_forward``'s ``_active_ddp_module``, inductor fusion flags), not a DDP

@@ -12,7 +12,9 @@ parameters' ``.grad`` is set to ``None``, and the reducer writes nothing back.
 Where torch needs an accelerator: torch runs the optimizers on a side stream it waits for
 at the end of backward (``torch.accelerator.current_stream()``: on a CPU-only machine the
 first backward raises "Cannot access accelerator device when none is available"). The
-reference steps on the current stream, so it also runs on CPU.
+reference steps on the current stream, so it also runs on CPU. (With ``torch.Event`` and
+``torch.accelerator.current_stream()`` stubbed, torch's runs on CPU too, and the two agree
+bitwise: ``tests/reference/test_options_surface.py``.)
 """
 from __future__ import annotations
 

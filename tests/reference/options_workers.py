@@ -736,10 +736,10 @@ class _NoStream:
 
 
 @contextlib.contextmanager
-def torch_mixed_precision_on_cpu() -> Any:
-    """torch's mixed precision made runnable on CPU for the length of the block: its only
-    CPU obstacles are ``torch.Event`` and ``torch.accelerator.current_stream()``, stubbed
-    here (restored on exit)."""
+def torch_streams_on_cpu() -> Any:
+    """torch's mixed precision and optimizer-in-backward made runnable on CPU for the
+    length of the block: their only CPU obstacles are ``torch.Event`` and
+    ``torch.accelerator.current_stream()``, stubbed here (restored on exit)."""
     from unittest import mock
 
     with mock.patch.object(torch, "Event", _NoEvent), \
@@ -751,7 +751,7 @@ def mixed_precision_vs_torch(rank: int, world_size: int, param_dtype: torch.dtyp
                              reduce_dtype: torch.dtype | None,
                              buffer_dtype: torch.dtype | None, model: str) -> list[str]:
     """The reference's mixed precision against torch's own, run on CPU with events and
-    the accelerator stream stubbed (:func:`torch_mixed_precision_on_cpu`), bitwise, after
+    the accelerator stream stubbed (:func:`torch_streams_on_cpu`), bitwise, after
     one warm-up backward whose gradients are discarded: torch's first iteration reduces
     uninitialised memory (``set_mixed_precision_param_dtype`` replaces the buckets'
     ``gradients`` but not the views gradients are copied into), its bucket rebuild then
@@ -760,7 +760,23 @@ def mixed_precision_vs_torch(rank: int, world_size: int, param_dtype: torch.dtyp
     config = _MixedPrecision(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
                              buffer_dtype=buffer_dtype)
     make = {"mlp": models.MLP, "convbn": models.ConvBN}[model]
-    with torch_mixed_precision_on_cpu(), warnings.catch_warnings():
+    with torch_streams_on_cpu(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return both(make, {"mixed_precision": config, "bucket_cap_mb": 0.002}, warmup=True)
 
+
+
+def optimizer_in_backward_vs_torch(rank: int, world_size: int, grad_view: bool) -> list[str]:
+    """The reference's optimizer-in-backward against torch's own, run on CPU with the
+    accelerator stream stubbed (:func:`torch_streams_on_cpu`), bitwise."""
+    from torch.distributed.optim import _apply_optimizer_in_backward
+
+    def make() -> nn.Module:
+        model = models.MLP()
+        _apply_optimizer_in_backward(torch.optim.SGD, model.parameters(),
+                                     {"lr": 0.05, "momentum": 0.9})
+        return model
+
+    with torch_streams_on_cpu():
+        return both(make, {"bucket_cap_mb": 0.002, "gradient_as_bucket_view": grad_view},
+                    optimizer=False)

@@ -234,3 +234,9 @@ def test_mixed_precision_like_torch_with_its_cpu_obstacles_stubbed(case: tuple[A
     matches it step by step, bitwise."""
     for per_rank in run_distributed(ow.mixed_precision_vs_torch, 2, *case):
         assert per_rank == []
+
+
+@pytest.mark.parametrize("grad_view", [False, True])
+def test_optimizer_in_backward_like_torch_with_its_stream_stubbed(grad_view: bool) -> None:
+    for per_rank in run_distributed(ow.optimizer_in_backward_vs_torch, 2, grad_view):
+        assert per_rank == []
