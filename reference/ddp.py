@@ -180,6 +180,8 @@ class DistributedDataParallel(nn.Module, Joinable):
             raise ValueError("delay_all_reduce_named_params and param_to_hook_all_reduce "
                              "need to be set at the same time.")
         self.process_group: dist.ProcessGroup = self._group_from(process_group, device_mesh)
+        if device_mesh is not None:
+            self.device_mesh = device_mesh
         self.module = module
 
         ignore = getattr(module, "_ddp_params_and_buffers_to_ignore", ())

@@ -186,6 +186,7 @@ def device_mesh_options(rank: int, world_size: int) -> dict[str, Any]:
         ddp = cls(_mlp(), device_mesh=mesh)
         out[impl] = {
             "same_group": ddp.process_group is mesh.get_group(0),
+            "mesh_kept": getattr(ddp, "device_mesh", None) is mesh,
             "both": _error(lambda cls=cls: cls(_mlp(), process_group=dist.group.WORLD, device_mesh=mesh)),
             "2d": _error(lambda cls=cls: cls(_mlp(), device_mesh=mesh2)),
         }

@@ -62,7 +62,7 @@ def test_device_mesh_like_torch() -> None:
     ranks = run_distributed(ow.device_mesh_options, 2)
     _same(ranks)
     ours = ranks[0]["reference"]
-    assert ours["same_group"] is True
+    assert ours["same_group"] is True and ours["mesh_kept"] is True
     assert ours["both"] == "RuntimeError: Cannot specify both process_group and device_mesh arguments."
     assert ours["2d"].startswith("RuntimeError: Only 1D device mesh is supported")
 
