@@ -55,11 +55,11 @@ def _mlp(seed: int = 0) -> nn.Module:
 
 def train(impl: str, make: Callable[[], nn.Module], kwargs: dict[str, Any],
           setup: Callable[[nn.Module, nn.Module], Any] | None = None, steps: int = 4,
-          optimizer: bool = True, settle: bool = False, warmup: bool = False) -> dict[str, Any]:
+          optimizer: bool = True, warmup: bool = False) -> dict[str, Any]:
     """``steps`` SGD steps of one DDP on the traced default group, rank-dependent data:
     per step the gradients after backward, the parameters and buffers after the step, and
     the collectives of the DDP's group. ``setup(ddp, model)`` runs after construction;
-    ``settle`` lets collectives DDP never waits for finish before recording."""
+    ``warmup`` runs one backward first and discards its gradients."""
     rank = dist.get_rank()
     torch.manual_seed(1 + rank)
     model = make()
@@ -76,9 +76,6 @@ def train(impl: str, make: Callable[[], nn.Module], kwargs: dict[str, Any],
     for _ in range(steps):
         x = torch.randn(4, 8, generator=gen)
         models.loss_of(ddp(x)).backward()
-        if settle:
-            dist.barrier()
-            time.sleep(0.2)
         grads = _grads(model)
         if optimizer:
             opt.step()
@@ -478,6 +475,22 @@ def delayed(rank: int, world_size: int) -> dict[str, list[str]]:
     return out
 
 
+def _settle(delayed: list[nn.Parameter]) -> None:
+    """Wait (on every rank alike) until the delayed parameters' gradients are equal on all
+    ranks: the allreduce DDP starts for them is never waited for by DDP itself."""
+    for _ in range(200):
+        local = torch.cat([torch.zeros(0)] + [p.grad.flatten() for p in delayed
+                                              if p.grad is not None])
+        gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, local)
+        equal = torch.tensor([float(all(torch.equal(g, local) for g in gathered))])
+        dist.all_reduce(equal, op=dist.ReduceOp.MIN)
+        if equal.item() == 1.0:
+            return
+        time.sleep(0.01)
+    raise TimeoutError("the delayed allreduce did not settle")
+
+
 def _train_delayed(impl: str, make: Callable[[], nn.Module],
                    kwargs_of: Callable[[nn.Module], dict[str, Any]]) -> dict[str, Any]:
     rank = dist.get_rank()
@@ -502,8 +515,7 @@ def _train_delayed(impl: str, make: Callable[[], nn.Module],
         after_forward = _grads(model)
         if step != 1:
             models.loss_of(y).backward()
-        dist.barrier()
-        time.sleep(0.2)
+        _settle(ddp._delay_all_reduce_params)
         grads = _grads(model)
         opt.step()
         opt.zero_grad(set_to_none=step != 0)
