@@ -89,7 +89,7 @@ from ddp_reference import sync_strategy
 from ddp_conformance.catalog import composed, procedure, real_models, surface_models, value_models
 from ddp_conformance.catalog import models as models_module
 from ddp_conformance.catalog.procedure import broadcasts, buffers_broadcast, forward_plan, synced
-from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.catalog.scenario import Accumulate, Optimizer, Scenario
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.oracle import reduce_gradients
@@ -104,7 +104,34 @@ def unsupported(scenario: Scenario) -> str:
         ("a model registered outside the catalog's modules",
          registering_module(scenario.model) is None),
     ) if present]
+    surface = surface_features(scenario)
+    if surface:
+        reasons.append(f"torch 2.13's surface beyond the script's procedure ({', '.join(surface)})")
     return ", ".join(reasons)
+
+
+#: DDP options whose torch value is an object the rank builds (catalog/ddp_options.py).
+MATERIALIZED_OPTIONS = ("mixed_precision", "delay_all_reduce_named_params",
+                        "param_to_hook_all_reduce", "device_mesh")
+
+
+def surface_features(scenario: Scenario) -> list[str]:
+    """What of ``scenario`` the standalone script does not write (the surface scenarios'
+    fields: their reproduction is the scenario itself, run on the ranks)."""
+    present = [
+        ("a builtin comm hook", scenario.comm_hook is not None and scenario.comm_hook.builtin),
+        ("a buffer comm hook", scenario.buffer_comm_hook is not None),
+        ("an optimizer stepped in backward",
+         scenario.optimizer in (Optimizer.FUSED_SGD, Optimizer.IN_BACKWARD_SGD)),
+        ("a process-group update", scenario.update_process_group_at is not None),
+        ("a copy of the wrapper", scenario.copy_wrapper is not None),
+        ("nested no_sync", scenario.accumulate is Accumulate.NESTED_NO_SYNC),
+        ("a barrier after backward", scenario.barrier_after_backward),
+        ("a torch limit", scenario.torch_limit is not None),
+        ("options built on the rank", any(o in scenario.ddp_options
+                                           for o in MATERIALIZED_OPTIONS)),
+    ]
+    return [what for what, yes in present if yes]
 
 
 def refusal(scenario: Scenario, world_size: int) -> str:
@@ -356,8 +383,9 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
                           for k, v in {**settings, **table}.items())
     header = _HEADER.format(id=scenario.id, candidate=candidate, ws=world_size,
                             name=f"repro_{scenario.id.replace('/', '_').replace('-', '_')}.py")
-    imports = _IMPORTS + ("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, "
-                          "powerSGD_hook\n" if hook else "")
+    imports = _IMPORTS + ("from torch.distributed.algorithms.ddp_comm_hooks import (\n"
+                          "    debugging_hooks, default_hooks, post_localSGD_hook, powerSGD_hook)\n"
+                          if hook else "")
     parts = [header, imports, "", "# --- the scenario " + "-" * 66,
              f"CANDIDATE = {(module_name, attr)!r}  # module, attribute", constants, "",
              f"# --- the model, from {_path(registering_module(scenario.model))} ".ljust(84, "-"),

@@ -12,4 +12,12 @@ SCENARIOS = [
     Scenario("no-sync/every-microbatch-synced", "mlp", microbatches=3,
              accumulate=Accumulate.SYNC_EACH,
              description="three synced backwards per step: reduced gradients accumulate"),
+    Scenario("no-sync/nested", "conv_bn", steps=3, microbatches=4,
+             accumulate=Accumulate.NESTED_NO_SYNC,
+             description="no_sync nested in no_sync: leaving the inner one keeps gradients "
+                         "local until the outer one ends"),
+    Scenario("no-sync/nested-bucket-view", "mlp", steps=3, microbatches=4,
+             accumulate=Accumulate.NESTED_NO_SYNC,
+             ddp_options={"gradient_as_bucket_view": True, "bucket_cap_mb": 0.0005},
+             description="nested no_sync with gradients as bucket views"),
 ]

@@ -13,6 +13,7 @@ CANDIDATES = ["torch", "tests.limited:ForwardOnly", "tests.limited:torch_ddp_fac
               *(DEFECTIVE + name for name in (
                   "SumsWithoutDividing", "NeverBroadcastsBuffers", "JoinHookDoesNotShadow",
                   "ExitsMidStep", "SegfaultsMidStep", "RaisesOnRank1", "SyncsInsideNoSync",
+                  "NoSyncSwitchesSyncOn",
                   "ReducesInFloat16",
                   "UsesWorldGroup", "AcceptsSecondCommHook")),
               "tests.newcomers:NewcomerDDP", "tests.newcomers:SlowRank1"]

@@ -5,8 +5,10 @@ harness must give each the right verdict with evidence naming the rank and the c
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -107,6 +109,19 @@ class SyncsInsideNoSync(DistributedDataParallel):
         import contextlib
 
         return contextlib.nullcontext()
+
+
+class NoSyncSwitchesSyncOn(DistributedDataParallel):
+    """``no_sync`` switches synchronisation back on when it ends instead of restoring what
+    was before it: right unless nested, where leaving the inner one syncs too early."""
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:  # type: ignore[override]
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = True
 
 
 def _allreduce_in_float16(group, bucket):  # type: ignore[no-untyped-def] # torch checks annotations

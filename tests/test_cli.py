@@ -61,9 +61,13 @@ def test_run_passes_on_torch_and_writes_the_reports(tmp_path: Path) -> None:
     assert lines[0]["candidates"][0]["name"] == "torch" and lines[0]["torch"]
     results = [x for x in lines if x["type"] == "result"]
     # Everything passes, except scenarios defined for other world sizes (process groups)
-    # or backends (what torch cannot run on Gloo).
+    # or backends (what torch cannot run on Gloo), and torch's own defects are expected
+    # failures (builtins/expectations/torch.txt).
+    from tests.test_verdicts import torch_defects
+
     assert results and all(r["verdict"] == "PASS" or (r["verdict"] == "N/A" and (
         "defined for world size" in r["reason"] or "needs backend" in r["reason"]))
+        or (r["verdict"] == "XFAIL" and r["scenario"] in torch_defects())
         for r in results)
     assert sum(r["verdict"] == "PASS" for r in results) >= 50
     assert results[0]["figures"], "per-step per-parameter error figures are kept"

@@ -43,11 +43,13 @@ def test_pytest_xdist_agrees_with_the_command_line(tmp_path: Path) -> None:
                          text=True, timeout=600)
     assert cli.returncode == 1
     rows = [json.loads(x) for x in (tmp_path / "cli" / "results.jsonl").read_text().splitlines()]
-    expected = {"PASS": "passed", "FAIL": "failed", "ERROR": "failed", "N/A": "skipped"}
+    expected = {"PASS": "passed", "FAIL": "failed", "ERROR": "failed", "N/A": "skipped",
+                "XFAIL": "xfailed"}
     by_cli = {f"{r['scenario']}[{r['candidate']}]": expected[r["verdict"]]
               for r in rows if r["type"] == "result"}
     assert by_pytest == by_cli
-    assert set(by_cli.values()) == {"passed", "failed", "skipped"}
+    # xfailed: torch's own defects, expected in builtins/expectations/torch.txt.
+    assert set(by_cli.values()) == {"passed", "failed", "skipped", "xfailed"}
 
 
 def test_failures_show_the_evidence_and_na_the_missing_capability() -> None:

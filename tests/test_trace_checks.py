@@ -27,6 +27,16 @@ def test_syncing_inside_no_sync_is_caught_by_the_trace_alone(runner: Runner) -> 
     assert "inside no_sync" in result.failures[0].message
 
 
+def test_nested_no_sync_that_switches_sync_on_is_caught(runner: Runner) -> None:
+    """Leaving an inner no_sync must restore "no sync": a no_sync that sets sync on when it
+    ends passes the plain window and fails the nested one, on the trace."""
+    plain = runner.run_case(CATALOG["no-sync/window-of-3"], DEFECTIVE + "NoSyncSwitchesSyncOn")
+    assert plain.verdict is Verdict.PASS, [f.message for f in plain.failures]
+    nested = runner.run_case(CATALOG["no-sync/nested"], DEFECTIVE + "NoSyncSwitchesSyncOn")
+    assert nested.verdict is Verdict.FAIL
+    assert "trace.no_sync" in {f.check for f in nested.failures}
+
+
 def test_a_float16_reduction_is_caught_by_values_and_by_dtype(runner: Runner) -> None:
     result = runner.run_case(CATALOG["gradients/mlp-sgd"], DEFECTIVE + "ReducesInFloat16")
     assert result.verdict is Verdict.FAIL

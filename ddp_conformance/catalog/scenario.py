@@ -39,10 +39,15 @@ class Accumulate(StringEnum):
     ``SYNC_EACH``: every microbatch's backward synchronises (DDP without ``no_sync``; the
     reduced gradients accumulate). ``NO_SYNC``: all but the last microbatch run inside
     ``no_sync()`` and accumulate locally; the last one's backward reduces the sum.
+    ``NESTED_NO_SYNC``: the same, all but the last microbatch inside one ``no_sync()``, and
+    every other one of them inside a second, nested ``no_sync()`` as well: leaving the
+    inner one must restore "no sync", not switch synchronisation back on (torch's
+    ``no_sync`` restores the previous ``require_backward_grad_sync``).
     """
 
     SYNC_EACH = "sync_each"
     NO_SYNC = "no_sync"
+    NESTED_NO_SYNC = "nested_no_sync"
 
 
 class Optimizer(StringEnum):
@@ -286,7 +291,7 @@ class Scenario:
     @property
     def needs(self) -> frozenset[str]:
         needs: set[str] = {Capability.option(name) for name in self.ddp_options}
-        if self.accumulate is Accumulate.NO_SYNC and self.microbatches > 1:
+        if self.accumulate is not Accumulate.SYNC_EACH and self.microbatches > 1:
             needs.add(Capability.NO_SYNC.value)
         if self.join is not None:
             needs.add(Capability.JOIN.value)

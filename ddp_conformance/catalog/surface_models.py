@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ddp_conformance.catalog.models import ModelSpec, _normal_batch, mse, register
+from ddp_conformance.catalog.models import ModelSpec, _normal_batch, build_mlp, mse, register
 
 
 def build_all_frozen() -> nn.Module:
@@ -75,11 +75,5 @@ def _replicated_batch(gen: torch.Generator, size: int, rank: int, world_size: in
     return (torch.randn((size, 8), generator=own),), torch.randn((size, 4), generator=own)
 
 
-def build_replicated_mlp() -> nn.Module:
-    from ddp_conformance.catalog.models import build_mlp
-
-    return build_mlp()
-
-
-register(ModelSpec("mlp_replicated_data", build_replicated_mlp, _replicated_batch, mse,
+register(ModelSpec("mlp_replicated_data", build_mlp, _replicated_batch, mse,
                    "the MLP on the same batch on every rank"))

@@ -57,20 +57,43 @@ def _mlp_in(dtype: torch.dtype) -> nn.Module:
                          nn.Linear(16, 4)).to(dtype)
 
 
-def _register_mlp_in(name: str, dtype: torch.dtype) -> None:
-    def build() -> nn.Module:
-        return _mlp_in(dtype)
-
-    def batch(gen: torch.Generator, size: int, rank: int, world_size: int, step: int) -> Batch:
-        return _normal(gen, size, dtype)
-
-    register(ModelSpec(f"mlp_{name}", build, batch, mse,
-                       f"an MLP wholly in {name}: parameters, data, gradients and loss"))
+# One registration per dtype, written out: ``ddp-conformance repro`` copies a model from
+# its literal ``register(ModelSpec("name", ...))`` and the names that call uses.
 
 
-_register_mlp_in("float64", torch.float64)
-_register_mlp_in("bfloat16", torch.bfloat16)
-_register_mlp_in("float16", torch.float16)
+def _mlp_float64() -> nn.Module:
+    return _mlp_in(torch.float64)
+
+
+def _mlp_bfloat16() -> nn.Module:
+    return _mlp_in(torch.bfloat16)
+
+
+def _mlp_float16() -> nn.Module:
+    return _mlp_in(torch.float16)
+
+
+def _batch_float64(gen: torch.Generator, size: int, rank: int, world_size: int,
+                   step: int) -> Batch:
+    return _normal(gen, size, torch.float64)
+
+
+def _batch_bfloat16(gen: torch.Generator, size: int, rank: int, world_size: int,
+                    step: int) -> Batch:
+    return _normal(gen, size, torch.bfloat16)
+
+
+def _batch_float16(gen: torch.Generator, size: int, rank: int, world_size: int,
+                   step: int) -> Batch:
+    return _normal(gen, size, torch.float16)
+
+
+register(ModelSpec("mlp_float64", _mlp_float64, _batch_float64, mse,
+                   "an MLP wholly in float64: parameters, data, gradients and loss"))
+register(ModelSpec("mlp_bfloat16", _mlp_bfloat16, _batch_bfloat16, mse,
+                   "an MLP wholly in bfloat16: parameters, data, gradients and loss"))
+register(ModelSpec("mlp_float16", _mlp_float16, _batch_float16, mse,
+                   "an MLP wholly in float16: parameters, data, gradients and loss"))
 
 
 # --- one tensor above 2**18 elements ----------------------------------------------------------

@@ -26,7 +26,7 @@ from ddp_conformance.catalog.procedure import (
     seed_forward,
     synced,
 )
-from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
+from ddp_conformance.catalog.scenario import Accumulate, Scenario, missing_capabilities
 from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
@@ -238,9 +238,17 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
         TRACER.phase("zero_grad", step)
         clock.enter("steps")
         adapter.zero_grad(scenario.zero_grad_set_to_none)
+        # NESTED_NO_SYNC: one no_sync() around all but the last microbatch, and a second,
+        # nested one around every other microbatch inside it.
+        outer = contextlib.ExitStack()
         for mb in range(scenario.microbatches):
+            nested = scenario.accumulate is Accumulate.NESTED_NO_SYNC and mb < last
+            if nested and mb == 0:
+                outer.enter_context(adapter.no_sync())
             if scenario.sync_strategy is not None:
                 sync = adapter.sync_context(mb == last, scenario.sync_strategy)
+            elif nested:
+                sync = adapter.no_sync() if mb % 2 == 0 else contextlib.nullcontext()
             else:
                 sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
             with sync:
@@ -258,6 +266,8 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
                     import torch.distributed as dist
 
                     dist.barrier(group=process_group)
+            if mb == last - 1:
+                outer.close()
         TRACER.phase("record", step)
         clock.enter("record")
         # The contract asks for dense copies (Adapter.gradients makes them); a sparse one
