@@ -106,7 +106,7 @@ def run_catalog(world_size: int) -> list[str]:
     for candidates, keyword in RUNS:
         reports = tempfile.mkdtemp(prefix="torch-coverage-")
         cmd = [sys.executable, "-m", "ddp_conformance", "run", "--world-size", str(world_size),
-               "--report-dir", reports]
+               "--report-dir", reports, "--slow"]
         for candidate in candidates:
             cmd += ["--candidate", candidate]
         if keyword:

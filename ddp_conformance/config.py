@@ -37,6 +37,8 @@ class RunConfig:
     compare_backend: str = "auto"
     #: ``--coverage`` targets (modules, packages or paths) measured in every process.
     coverage: list[str] = field(default_factory=list)
+    #: Run the scenarios marked ``slow`` too (N/A otherwise).
+    slow: bool = False
 
     def runs_collectives(self, custom_backend: bool) -> bool:
         """Whether the run includes the backend's collective checks."""

@@ -134,6 +134,8 @@ OPTIONS: tuple[Option, ...] = (
            "the parent and every rank, with coverage.py; repeatable; a section in summary.md "
            "and report.html", action="append", metavar="TARGET", config_field="coverage",
            to_config=lambda v: list(v) if v else []),
+    Option("slow", "also run the scenarios marked slow (seconds each; N/A otherwise)",
+           action="store_true", default=False, config_field="slow"),
     Option("keyword", "only cases whose id matches, as pytest -k reads it", metavar="EXPR",
            routes=frozenset({CLI}), cli_flags=("-k",)),
     Option("report-dir", "where results.jsonl, summary.md, junit.xml and report.html go "

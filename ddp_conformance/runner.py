@@ -48,6 +48,8 @@ __all__ = ["RunConfig", "Runner"]
 #: reported by the harness (with stacks) and not by the backend.
 COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
 REFERENCE = "reference"
+#: The N/A reason of a slow scenario in a run without ``--slow``.
+SLOW_REASON = "a slow scenario (seconds): run with --slow (pytest: --ddp-slow)"
 #: Candidates held to the strict profile always: torch's DDP and the reference.
 STRICT_CANDIDATES = frozenset({"torch", REFERENCE})
 #: The rank-side function of a collective check.
@@ -184,7 +186,8 @@ class Runner:
                                 f"candidate does not support backend {backend}")
         unsupported = (scenario.unsupported_backend(backend)
                        or backend_lacks(scenario, backend, self.device_kind, self.declined)
-                       or scenario.unsupported_world_size(ws))
+                       or scenario.unsupported_world_size(ws)
+                       or (SLOW_REASON if scenario.slow and not self.config.slow else ""))
         if unsupported:
             return self._result(scenario, spec, Verdict.NA, unsupported)
         if not candidate.late_capabilities:

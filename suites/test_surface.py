@@ -106,13 +106,14 @@ SCENARIOS += [
              expect_error=r"multiple process groups",
              description="Join over DDP on a subgroup and ZeRO on the default group raises"),
     # Join warns once a rank has shadowed more than 1000 iterations of the others
-    # (torch's WARN_THRESHOLD). Rank 1 joins after one step; rank 0 then runs two steps of
-    # 501 microbatches under no_sync, each forward one shadowed iteration: 1002 forwards
-    # but only two reductions and records (a tiny model keeps them short).
-    Scenario("surface/join-skew-over-1000", "mlp", steps=3, microbatches=501,
-             accumulate="no_sync", min_world_size=2, world_sizes=(2,),
+    # (torch's WARN_THRESHOLD). Rank 1 joins after one step; rank 0 then runs 20 steps of
+    # 51 microbatches under no_sync, each forward one shadowed iteration: 1020 shadowed
+    # forwards but 20 reductions and records (a tiny model keeps them short). About 2 s:
+    # slow, run with --slow (and by the yardstick).
+    Scenario("surface/join-skew-over-1000", "mlp", steps=21, microbatches=51,
+             accumulate="no_sync", min_world_size=2, world_sizes=(2,), slow=True,
              model_kwargs={"width": 2, "depth": 1}, batch_size=1,
-             join=JoinSpec(fewer_steps_per_rank=2),
+             join=JoinSpec(fewer_steps_per_rank=20),
              description="uneven inputs with a skew over 1000 iterations: Join warns and "
                          "shadows on"),
 ]

@@ -66,7 +66,8 @@ def test_run_passes_on_torch_and_writes_the_reports(tmp_path: Path) -> None:
     from tests.test_verdicts import torch_defects
 
     assert results and all(r["verdict"] == "PASS" or (r["verdict"] == "N/A" and (
-        "defined for world size" in r["reason"] or "needs backend" in r["reason"]))
+        "defined for world size" in r["reason"] or "needs backend" in r["reason"]
+        or "a slow scenario" in r["reason"]))
         or (r["verdict"] == "XFAIL" and r["scenario"] in torch_defects())
         for r in results)
     assert sum(r["verdict"] == "PASS" for r in results) >= 50

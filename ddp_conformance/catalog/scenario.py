@@ -241,6 +241,9 @@ class Scenario:
     #: DDP launches that all-reduce and never waits for it; on NCCL the stream orders it,
     #: and Gloo's barrier waits for every earlier collective of the group).
     barrier_after_backward: bool = False
+    #: The scenario costs seconds, not tens of milliseconds: N/A unless the run asks for the
+    #: slow scenarios (``--slow``; the yardstick, benchmarks/torch_coverage.py, does).
+    slow: bool = False
 
     def __post_init__(self) -> None:
         """Convert the enum fields given by value, and refuse what cannot run."""

@@ -44,9 +44,13 @@ class DDPLikeAdapter(WrappedModuleAdapter):
         return self.ddp.no_sync()  # type: ignore[operator]
 
     def join(self, **join_kwargs: Any) -> ContextManager[None]:
-        """Join over the DDP module and, when it is joinable, the optimizer (ZeRO)."""
+        """Join over the DDP module and, when it is joinable, the optimizer (ZeRO); the
+        DDP's own ``join(...)`` (torch's ``DistributedDataParallel.join``) where it has one
+        and the optimizer is not joinable, as a user of DDP alone writes it."""
         from torch.distributed.algorithms.join import Join, Joinable
 
+        if not isinstance(self.optimizer, Joinable) and callable(getattr(self.ddp, "join", None)):
+            return self.ddp.join(**join_kwargs)  # type: ignore[operator, no-any-return]
         throw = join_kwargs.pop("throw_on_early_termination", False)
         joinables = [self.ddp] + ([self.optimizer] if isinstance(self.optimizer, Joinable) else [])
         return Join(joinables, throw_on_early_termination=throw, **join_kwargs)  # type: ignore[arg-type]
