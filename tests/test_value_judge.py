@@ -227,3 +227,24 @@ def test_a_complex_gradient_reduced_half_or_twice_is_caught() -> None:
     twice = list(world.records[0].trace) * 2
     world.set_trace(twice)
     assert "trace.reduced_once" in world.failed()
+
+
+# --- a parameter keeps its dtype ----------------------------------------------------------
+
+
+def test_a_parameter_left_in_another_dtype_fails_although_its_values_are_close() -> None:
+    """Under mixed_precision the parameters are full precision outside forward and
+    backward: a float16 copy left in place rounds every value by at most 2**-11 relative,
+    inside the scenario's 5e-3, so only the dtype tells the defect."""
+    expected = torch.linspace(-1, 1, 16)
+    ev = Evidence()
+    ev.compare("oracle.param", 0, 0, "w", expected.to(torch.float16), expected, 5e-3, "the oracle")
+    assert [f.check for f in ev.failures] == ["oracle.param"]
+    assert "parameter in float16, the oracle's in float32" in ev.failures[0].message
+    ok = Evidence()
+    ok.compare("oracle.param", 0, 0, "w", expected.clone(), expected, 5e-3, "the oracle")
+    assert not ok.failures
+    # A gradient's dtype is the trace's business (trace.dtype), not this check's.
+    grad = Evidence()
+    grad.compare("oracle.grad", 0, 0, "w", expected.to(torch.float16), expected, 5e-3, "the oracle")
+    assert not grad.failures

@@ -86,7 +86,11 @@ class Evidence:
         # the finite elements' rounding: the finite ``max|expected|`` stands alone then.
         if math.isfinite(scale):
             d.scale = max(d.scale, scale)
-        passed = actual.shape == expected.shape and d.within(rtol)
+        # A parameter keeps its dtype outside forward and backward (under mixed_precision
+        # too: torch's DDP swaps the low-precision copies back after backward); values that
+        # round-trip through another dtype could still fall within the tolerance.
+        wrong_dtype = check.endswith(".param") and actual.dtype != expected.dtype
+        passed = actual.shape == expected.shape and not wrong_dtype and d.within(rtol)
         self.figures.append(Figure(check, step, rank, name, passed, d.max_abs, d.max_rel,
                                    d.max_ulp, rtol))
         if passed:
@@ -95,6 +99,11 @@ class Evidence:
         if actual.shape != expected.shape:
             self.fail(check, f"{where}: shape {tuple(actual.shape)} != {against}'s "
                              f"{tuple(expected.shape)}", step, rank, name)
+            return
+        if wrong_dtype:
+            self.fail(check, f"{where}: parameter in {str(actual.dtype).removeprefix('torch.')}, "
+                             f"{against}'s in {str(expected.dtype).removeprefix('torch.')}",
+                      step, rank, name)
             return
         if _inexact(actual) and _inexact(expected) and actual.is_complex() == expected.is_complex():
             mismatched = non_finite_mismatches(actual.detach().cpu(), expected.detach().cpu())
