@@ -188,7 +188,8 @@ def main() -> int:
             capable = rel not in INCAPABLE
             hooks.append([rel[len(HOOKS_DIR):], "yes" if entered else "no",
                           "yes" if capable else f"no: {INCAPABLE[rel]}"])
-            missed_hooks += [rel] if capable and not entered else []
+            if capable and not entered:
+                missed_hooks.append(rel)
         if rel.endswith(("nn/parallel/distributed.py", "algorithms/join.py")):
             shares[rel] = len(run) / len(reachable) if reachable else 1.0
     print(tabulate(rows, ["file", "statements", "excluded", "reachable", "run", "run %",

@@ -340,7 +340,7 @@ class Scenario:
         wins over the deprecated ``broadcast_buffers``; both default to True)."""
         if self.ddp_options.get("forward_sync_buffers") is not None:
             return bool(self.ddp_options["forward_sync_buffers"])
-        return self.ddp_options.get("broadcast_buffers") in (None, True)
+        return self._broadcast_buffers()
 
     def init_syncs_buffers(self) -> bool:
         """Whether the constructor broadcasts rank 0's buffers: always when
@@ -350,6 +350,10 @@ class Scenario:
             return False
         if self.ddp_options.get("forward_sync_buffers") is not None:
             return True
+        return self._broadcast_buffers()
+
+    def _broadcast_buffers(self) -> bool:
+        """The deprecated ``broadcast_buffers`` as torch 2.13 reads it (None: True)."""
         return self.ddp_options.get("broadcast_buffers") in (None, True)
 
     def init_seed(self, rank: int) -> int:

@@ -38,7 +38,7 @@ class DDPLikeAdapter(WrappedModuleAdapter):
     def __init__(self, ddp: nn.Module, module: nn.Module, accepted: frozenset[str]) -> None:
         self.ddp = self.wrapped = ddp
         self.module = module
-        self.capabilities = accepted | _instance_capabilities(ddp) | {Capability.PICKLE.value}
+        self.capabilities = accepted | _instance_capabilities(ddp)
 
     def no_sync(self) -> ContextManager[None]:
         return self.ddp.no_sync()  # type: ignore[operator]
@@ -87,8 +87,10 @@ class DDPLikeAdapter(WrappedModuleAdapter):
 
 def _instance_capabilities(obj: Any) -> Capabilities:
     """The features ``obj`` (a DDP-like instance, or its class) has, with a note for a
-    ``register_comm_hook`` that does not take torch's ``(state, hook)``."""
-    caps: set[str] = set()
+    ``register_comm_hook`` that does not take torch's ``(state, hook)``. Pickling is
+    claimed for every DDP-like module (an ``nn.Module`` pickles; torch's DDP defines
+    ``__getstate__``/``__setstate__`` for it), and judged by the copy scenarios."""
+    caps: set[str] = {Capability.PICKLE.value}
     notes: dict[str, str] = {}
     if callable(getattr(obj, "no_sync", None)):
         # Composer's strategies need only no_sync (forced_sync reduces by hand).
@@ -158,8 +160,7 @@ def ddp_like_candidate(name: str, factory: Callable[..., nn.Module], version: st
         return DDPLikeAdapter(factory(module, **kwargs), module, accepted)
 
     is_class = inspect.isclass(factory)
-    caps = accepted | (_instance_capabilities(factory) if is_class else frozenset()) \
-        | {Capability.PICKLE.value}
+    caps = accepted | (_instance_capabilities(factory) if is_class else frozenset())
     return Candidate(name=name, wrap=wrap, capabilities=caps, version=version,
                      description=description or _first_doc_line(factory),
                      late_capabilities=not is_class)

@@ -78,9 +78,8 @@ class OracleRecord:
     final_params: Tensors = field(default_factory=dict)
     final_buffers: Tensors = field(default_factory=dict)
     last_joiner: int = 0
-    #: Elements of the parameters that require gradients: what a synced backward reduces.
-    reduced_numel: int = 0
-    #: Their dtypes ("float32", ...): what DDP reduces in, absent a comm hook.
+    #: The dtypes ("float32", ...) of the parameters that require gradients: what DDP
+    #: reduces in, absent a comm hook.
     grad_dtypes: frozenset[str] = frozenset()
     #: Elements per dtype: DDP buckets per dtype and reduces each in its own.
     numel_by_dtype: dict[str, int] = field(default_factory=dict)
@@ -143,7 +142,6 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
     }
     params = dict(model.named_parameters())
     record = OracleRecord(_clone(params), {r: _clone(b) for r, b in rank_buffers.items()},
-                          reduced_numel=sum(p.numel() for p in params.values() if p.requires_grad),
                           grad_dtypes=frozenset(str(p.dtype).removeprefix("torch.")
                                                 for p in params.values() if p.requires_grad))
     for p in params.values():

@@ -128,7 +128,6 @@ def make_world(scenario: Scenario | None = None, params: dict[str, Tensor] | Non
     ranks = list(range(WORLD_SIZE))
     oracle = OracleRecord(
         dict(params), {r: dict(buffers) for r in ranks},
-        reduced_numel=sum(p.numel() for p in params.values()),
         grad_dtypes=frozenset(dtype_name(p) for p in params.values()),
         final_params=_clone(current), final_buffers=_clone(step_data[-1][2]))
     for p in params.values():
