@@ -1,10 +1,11 @@
 """``ddp-conformance``: run the catalog against candidates, list it, report, time.
 
 Exit codes (SPEC.md): 0 when nothing failed unexpectedly, 1 when something did, 2 on a
-usage or environment error, said in one line on stderr. A run interrupted by SIGTERM
-exits 143, by SIGINT 1: it ends every rank at once, writes summary.md, junit.xml and
-report.html of the cases finished so far, marked incomplete, and says so in one line on
-stderr.
+usage or environment error, said in one line on stderr (a report directory that cannot
+be written, checked before the first case, or one that fills or turns read-only mid-run).
+A run interrupted by SIGTERM exits 143, by SIGINT 1: it ends every rank at once, writes
+summary.md, junit.xml and report.html of the cases finished so far, marked incomplete,
+and says so in one line on stderr, within 30 s of the signal (:mod:`.deadline`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import contextlib
 import functools
 import os
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, TextIO
 
@@ -21,6 +21,7 @@ from tabulate import tabulate
 
 from ddp_conformance.bench.command import add_parser as add_bench_parser
 from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.deadline import CloseDeadline
 from ddp_conformance.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -31,6 +32,7 @@ from ddp_conformance.errors import (
 )
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import CLI, add_to_argparse, at_least_one, positive, run_config
+from ddp_conformance.ranks.sanity import BackendInsane
 from ddp_conformance.report.command import add_parser as add_report_parser
 from ddp_conformance.report.common import count_verdicts, verdict_matrix
 from ddp_conformance.session import Session
@@ -39,11 +41,6 @@ if TYPE_CHECKING:  # fuzz imports hypothesis: loaded by the fuzz command only
     from ddp_conformance.config import RunConfig
     from ddp_conformance.fuzz import Finding
     from ddp_conformance.ranks.coverage_hook import ParentCoverage
-
-#: After SIGTERM or SIGINT, how long ending the ranks and writing the reports may take
-#: before the process exits without them (a further signal meanwhile is ignored).
-CLOSE_DEADLINE_S = 30.0
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -101,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, PoolError) as exc:
         print(f"ddp-conformance: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BackendInsane as exc:  # the backend's sanity check, before any case: exit 1
+        print(f"ddp-conformance: {exc}", file=sys.stderr)
+        return exc.exit_code
     except Interrupted as exc:  # outside a run's handlers: nothing to write
         print(f"ddp-conformance: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -199,15 +199,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         return pool
     session = Session(config, pool=pool, repeats=repeats)
     interrupted: Interrupted | None = None
-    deadline: threading.Timer | None = None
+    deadline = CloseDeadline(session, args.ddp_report_dir)
     try:
         cases = session.select(args.ddp_keyword)
         session.planned = len(cases) * repeats
         info = session.open_reports(args.ddp_report_dir)
-        session.catch_signals()  # SIGINT and SIGTERM, until the reports are written
+        # SIGINT and SIGTERM, until the reports are written; the first starts the watchdog.
+        session.catch_signals(handler=deadline.on_signal)
         out.write(f"ddp-conformance: {len(cases)} cases, {config.world_size} ranks, "
                   f"{session.runner.backend.name}/{session.runner.device_kind}, pool {config.pool}, "
-                  f"torch {info['torch']}\n")
+                  f"torch {info['torch']}{comparison_clause(config, session)}\n")
         started = time.monotonic()
         if config.pool == "persistent":
             session.start()
@@ -223,7 +224,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 session.probe_memory(repeat)
     except Interrupted as exc:
         interrupted = exc
-        deadline = exit_after(CLOSE_DEADLINE_S, exc)
         session.interrupt(exc)  # marked incomplete, every rank ended at once
     finally:
         reporting = session.writer is not None
@@ -231,8 +231,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             notes = session.close()
         finally:
             session.restore_signals()
-            if deadline is not None:
-                deadline.cancel()
+            deadline.cancel()
     if interrupted is None and session.received is not None:
         # It came while the reports of the finished run were written: they are complete.
         print(f"ddp-conformance: {session.received} at the end of the run; reports in "
@@ -273,19 +272,17 @@ def _torchrun_coverage(config: RunConfig, report_dir: str) -> ParentCoverage | N
     return coverage
 
 
-def exit_after(deadline_s: float, exc: Interrupted) -> threading.Timer:
-    """A started watchdog: unless cancelled within ``deadline_s``, it says so and ends the
-    process with ``exc``'s exit code (its ranks die with it: ``die_with_parent``)."""
-    def give_up() -> None:
-        sys.stderr.write(f"ddp-conformance: {exc}; ending the run took longer than "
-                         f"{deadline_s:.0f}s: exiting without its reports\n")
-        sys.stderr.flush()
-        os._exit(exc.exit_code)
-
-    timer = threading.Timer(deadline_s, give_up)
-    timer.daemon = True
-    timer.start()
-    return timer
+def comparison_clause(config: RunConfig, session: Session) -> str:
+    """The header line's word on ``--compare-backend``: every scenario runs twice, so the
+    header says so, and says when that is the default rather than asked for."""
+    comparison = session.runner.comparison
+    if comparison is None:
+        return ""
+    name = comparison.backend.name
+    if config.compare_backend == "auto":
+        return (f", every scenario also on {name} for comparison (--compare-backend default "
+                f"for a custom backend; --compare-backend none skips it)")
+    return f", every scenario also on {name} for comparison (--compare-backend {name})"
 
 
 def write_progress(out: TextIO, i: int, total: int, result: Result) -> None:

@@ -39,6 +39,9 @@ class RunConfig:
     coverage: list[str] = field(default_factory=list)
     #: Run the scenarios marked ``slow`` too (N/A otherwise).
     slow: bool = False
+    #: A refusal must carry torch's message (``Scenario.expect_error``/``torch_limit``'s
+    #: regular expression); without it any clear error on every rank is a refusal.
+    strict_messages: bool = False
 
     def runs_collectives(self, custom_backend: bool) -> bool:
         """Whether the run includes the backend's collective checks."""

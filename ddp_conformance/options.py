@@ -136,6 +136,9 @@ OPTIONS: tuple[Option, ...] = (
            to_config=lambda v: list(v) if v else []),
     Option("slow", "also run the scenarios marked slow (seconds each; N/A otherwise)",
            action="store_true", default=False, config_field="slow"),
+    Option("strict-messages", "a refusal (an expected error, or one at a limit of torch's) "
+           "must carry torch's message text; without it any clear error on every rank passes",
+           action="store_true", default=False, config_field="strict_messages"),
     Option("keyword", "only cases whose id matches, as pytest -k reads it", metavar="EXPR",
            routes=frozenset({CLI}), cli_flags=("-k",)),
     Option("report-dir", "where results.jsonl, summary.md, junit.xml and report.html go "

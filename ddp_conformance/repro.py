@@ -128,6 +128,8 @@ def surface_features(scenario: Scenario) -> list[str]:
         ("nested no_sync", scenario.accumulate is Accumulate.NESTED_NO_SYNC),
         ("a barrier after backward", scenario.barrier_after_backward),
         ("a torch limit", scenario.torch_limit is not None),
+        ("several backwards of one loss", scenario.backwards > 1),
+        ("a forward raising inside no_sync", scenario.raise_in_no_sync),
         ("options built on the rank", any(o in scenario.ddp_options
                                            for o in MATERIALIZED_OPTIONS)),
     ]

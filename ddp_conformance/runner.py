@@ -27,6 +27,7 @@ from ddp_conformance.collectives.verdict import judge_collective
 from ddp_conformance.config import RunConfig
 from ddp_conformance.contract.backend import resolve_backend
 from ddp_conformance.contract.candidate import Candidate
+from ddp_conformance.contract.ddp_like import kwargs_only_remark
 from ddp_conformance.contract.registry import resolve_candidate
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.backend_diff import compare_records
@@ -38,6 +39,7 @@ from ddp_conformance.judge.oracle import OracleRecord, run_oracle
 from ddp_conformance.judge.run import judge_group
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.ranks.environment import validate
+from ddp_conformance.ranks.leaks import LeakLedger
 from ddp_conformance.ranks.messages import Job
 from ddp_conformance.ranks.pool import Pool, RankPool
 from ddp_conformance.ranks.records import RankRecord
@@ -107,8 +109,14 @@ class Runner:
         #: own case: taken once (a later ``--repeat`` runs the reference candidate afresh).
         self._unclaimed: dict[str, dict[int, RankRecord]] = {}
         self.reference_notes: dict[str, str] = {}
+        #: The reference DDP's own failed runs (ERROR, TIMEOUT or CRASH, with tracebacks or
+        #: stacks), by scenario id: each makes the cases that needed it say so loudly.
+        self.reference_failures: dict[str, Result] = {}
         #: Where the current case's time goes (see :mod:`ddp_conformance.judge.costs`).
         self._costs = CostMeter()
+        #: What candidates left in the ranks (ranks/hygiene.py); the current case's note.
+        self.leaks = LeakLedger()
+        self._leak_note = ""
 
     def close(self) -> None:
         self._oracle_thread.shutdown(wait=True)
@@ -132,16 +140,36 @@ class Runner:
         backend (``spec`` is then the backend's name)."""
         started = time.monotonic()
         self._costs = CostMeter()
+        self._leak_note = ""
         if isinstance(scenario, CollectiveCase):
             result = self._run_collective(scenario)
         else:
             result = self._run_case(scenario, spec)
+            if self._leak_note:
+                result.notes.append(self._leak_note)
+            self._name_swallowed_options(scenario, spec, result)
             if self.comparison is not None:
                 with self._costs.timing("comparison"):
                     self._compare(scenario, spec, result)
         result.duration_s = time.monotonic() - started
         result.costs = self._costs.finish(result.duration_s)
         return self.expectations.apply(result)
+
+    def _name_swallowed_options(self, scenario: Scenario, spec: str, result: Result) -> None:
+        """A FAIL, ERROR, TIMEOUT or CRASH of a scenario whose DDP options the candidate
+        takes only through ``**kwargs`` says so in its one line and its notes: the
+        candidate may have swallowed them (``contract.ddp_like.kwargs_only_remark``)."""
+        if not result.verdict.unexpected:
+            return
+        remark = kwargs_only_remark(self.candidates[spec].capabilities, scenario.ddp_options)
+        if not remark:
+            return
+        result.notes.append(remark)
+        if result.failures:
+            first = result.failures[0]
+            first.message = f"{first.message} ({remark})"
+        else:
+            result.reason = f"{result.reason} ({remark})" if result.reason else remark
 
     def _result(self, scenario: Scenario, spec: str, verdict: Verdict, reason: str = "") -> Result:
         return Result(scenario.id, self.candidate_name(spec), verdict, self.config.world_size,
@@ -209,6 +237,7 @@ class Runner:
             finally:
                 job_s = time.perf_counter() - job_started
                 self._collect_oracles(oracles)
+            self._leak_note = self.leaks.record(candidate.name, outcome.hygiene)
             rank_times = [r.times for r in outcome.results.values() if isinstance(r, RankRecord)]
             self._costs.add_job(job_s, outcome.handover_s,
                                 rank_times if outcome.status == "done" else [])
@@ -233,7 +262,8 @@ class Runner:
             try:
                 with self._costs.timing("checks"):
                     judge_group(evidence, scenario, mine, oracle, theirs, strict=strict,
-                                trace=self.config.trace)
+                                trace=self.config.trace,
+                                strict_messages=self.config.strict_messages)
             except Exception as exc:  # noqa: BLE001 - records outside the contract: this case's error
                 return self._result(
                     scenario, spec, Verdict.ERROR,
@@ -242,21 +272,24 @@ class Runner:
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
         result.failures, result.figures, result.checks_run, result.notes = (
             evidence.failures, evidence.figures, evidence.checks, evidence.notes)
-        if scenario.id in self.reference_notes:
+        if scenario.id in self.reference_failures and reference is None:
+            self._without_reference(result, self.reference_failures[scenario.id])
+        elif scenario.id in self.reference_notes:
             result.notes.append(self.reference_notes[scenario.id])
         if scenario.torch_limit is not None:
             raised = sorted({r.raised for r in records.values() if r.raised})
             result.notes.append(
                 f"refused, like torch: {raised[0]}" if raised else
-                "went on beyond torch's limit here, judged on its values (torch: "
-                f"{scenario.torch_limit})")
+                "beyond torch: went on where torch refuses (torch: "
+                f"{scenario.torch_limit}), judged on its values against the oracle")
         return result
 
     def reference_records(self, scenario: Scenario, spec: str) -> dict[int, RankRecord] | None:
         """The reference DDP's records for ``scenario`` (run once per run), or None.
 
         None when the candidate is the reference itself, or when the reference could not
-        run the scenario (then the reason is kept in :attr:`reference_notes`).
+        run the scenario (then the reason is kept in :attr:`reference_notes`, and a failed
+        run's result, with its tracebacks, in :attr:`reference_failures`).
         """
         if spec == REFERENCE or not self.config.compare_with_reference:
             return None
@@ -266,15 +299,56 @@ class Runner:
                           seed=scenario.seed, scenario=scenario, candidate=REFERENCE,
                           trace=self.config.trace)
                 out = self.pool.run(job, self.config.timeout_s)
+                self.leaks.record(REFERENCE, out.hygiene)
             records: dict[int, RankRecord] | None = out.results if out.status == "done" else None
-            if records is not None and any(r.not_applicable for r in records.values()):
-                records = None
+            na = sorted({r.not_applicable for r in (records or {}).values() if r.not_applicable})
             if records is None:
-                self.reference_notes[scenario.id] = f"reference could not run it: {out.status}"
+                failed = failed_run(Result(scenario.id, REFERENCE, Verdict.ERROR,
+                                           self.config.world_size, self.backend.name,
+                                           self.device_kind), out, self.config.timeout_s)
+                self.reference_failures[scenario.id] = failed
+                self.reference_notes[scenario.id] = (
+                    f"the reference DDP could not run it: {failed.verdict.value}: "
+                    f"{failed.reason}")
+            elif na:
+                records = None
+                self.reference_notes[scenario.id] = (
+                    f"the reference DDP does not apply here: {'; '.join(na)}")
             else:
                 self._unclaimed[scenario.id] = records
             self._references[scenario.id] = records
         return self._references[scenario.id]
+
+    def _without_reference(self, result: Result, failed: Result) -> None:
+        """Make ``result`` say, loudly, that the reference DDP could not run its scenario.
+
+        The checks against the reference were not applied, so a case that otherwise
+        passed is an ERROR (the harness's, not the candidate's: the reason says whose);
+        a FAIL stays a FAIL. Either way the reference's own evidence (its tracebacks,
+        stacks, exit codes) comes with it, each marked as the reference's.
+        """
+        why = (f"the reference DDP could not run this scenario, so the candidate was not "
+               f"compared with it: reference {failed.verdict.value}: {failed.reason}")
+        if result.verdict is Verdict.PASS:
+            result.verdict, result.reason = Verdict.ERROR, why
+        else:
+            result.notes.append(why)
+        mark = "(the reference DDP's, not the candidate's)\n"
+        for rank, text in failed.tracebacks.items():
+            result.tracebacks.setdefault(rank, mark + text)
+        for rank, text in failed.stacks.items():
+            result.stacks.setdefault(rank, mark + text)
+        result.desync = result.desync or failed.desync
+
+    def reference_summary(self) -> list[str]:
+        """The run-level word on the reference DDP: said when it was needed and ran nothing."""
+        asked = len(self._references)
+        ran = sum(records is not None for records in self._references.values())
+        if asked and not ran:
+            return [f"the reference DDP ran none of the {asked} scenario"
+                    f"{'' if asked == 1 else 's'} it was needed for: no case was compared "
+                    f"with it"]
+        return []
 
     @staticmethod
     def _oracle_key(scenario: Scenario, group: list[int]) -> str:

@@ -39,7 +39,9 @@ from ddp_conformance.judge.stability import Stability
 from ddp_conformance.judge.verdict import Result
 from ddp_conformance.ranks.coverage_hook import ParentCoverage, clear_data, setup_for
 from ddp_conformance.ranks.pool import Pool, RankPool
+from ddp_conformance.ranks.sanity import BackendInsane, check_backend
 from ddp_conformance.report.coverage import discard_stale
+from ddp_conformance.report.files import ReportFiles, check_writable
 from ddp_conformance.report.stream import ResultsWriter, run_info
 from ddp_conformance.runner import Runner
 
@@ -84,6 +86,12 @@ class Session:
         #: ``--coverage``: this process's measurement (ranks inherit it), once reports open.
         self.coverage: ParentCoverage | None = None
         self._report_dir: str | None = None
+        #: The backend's sanity check (:mod:`ddp_conformance.ranks.sanity`): not run yet
+        #: (None), passed (True), or what it found (raised again for every case).
+        self._backend_sane: bool | BackendInsane | None = None
+        #: The report set's files as they are written, once reports open (they stay
+        #: after :meth:`close`: which were written).
+        self.report_files: ReportFiles | None = None
 
     # -- cases ------------------------------------------------------------------------
 
@@ -128,7 +136,10 @@ class Session:
     # -- running ----------------------------------------------------------------------
 
     def open_reports(self, directory: str) -> dict[str, Any]:
-        """Stream results to ``directory`` from now on; return the run information."""
+        """Stream results to ``directory`` from now on; return the run information.
+        A directory that cannot be written raises
+        :class:`~ddp_conformance.errors.ReportDirError` now, before any case runs."""
+        check_writable(directory)
         info = run_info(self.runner.candidates.values(), self.runner.backend.name,
                         self.runner.device_kind, self.config.world_size)
         if self.runner.backend.custom:
@@ -141,6 +152,7 @@ class Session:
             info["coverage"] = list(self.config.coverage)
             self.measure_coverage(directory, combine=True)
         self.writer = ResultsWriter(directory, info)
+        self.report_files = self.writer.files
         return info
 
     def measure_coverage(self, directory: str, combine: bool) -> None:
@@ -167,6 +179,15 @@ class Session:
         recorded is raised after ``on_result``: a case is either in every record or in none.
         """
         self.check_interrupted()
+        if self._backend_sane is None:  # before the first case: BackendInsane ends the run
+            try:
+                check_backend(self.runner.pool, self.runner.backend.name,
+                              self.config.world_size, self.runner.device_kind)
+                self._backend_sane = True
+            except BackendInsane as exc:
+                self._backend_sane = exc
+        if isinstance(self._backend_sane, BackendInsane):
+            raise self._backend_sane
         result = self.runner.run_case(scenario, spec)
         result.repeat = repeat
         with self._deferring_signals():
@@ -294,9 +315,11 @@ class Session:
         they are known before any case runs)."""
         notes = [f"{sid}: not compared with the reference DDP ({why})"
                  for sid, why in self.runner.reference_notes.items()]
+        notes += self.runner.reference_summary()
         notes += [f"flaky: {case}: {what}" for case, what in self.stability.flaky().items()]
         notes += [f"memory growth: rank {rank}: {what}"
                   for rank, what in self.stability.growth().items()]
+        notes += self.runner.leaks.notes()
         return notes + self.memory_warnings + self._end_warnings
 
     def failed(self) -> bool:
@@ -307,7 +330,8 @@ class Session:
     def close(self) -> list[str]:
         """End the ranks and write the report set (once), marked incomplete after
         :meth:`interrupt`; return the notes. A signal caught meanwhile does not cut it
-        short (it stays in :attr:`received`)."""
+        short (it stays in :attr:`received`). After a failed write to ``results.jsonl``
+        (:class:`~ddp_conformance.errors.ReportDirError`) only the ranks are ended."""
         notes = self.notes()
         if self._closed:
             return notes

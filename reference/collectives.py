@@ -2,7 +2,10 @@
 
 Every call goes to the process group object itself (``pg.allreduce`` ...), as torch's C++
 code does, so a tracer wrapping the process group sees the reference and torch alike;
-ranks given here are ranks *within* the group.
+ranks given here are ranks *within* the group. Every call passes its options object
+explicitly, as C++ does: a process group written in Python (a custom c10d backend, a
+tracing wrapper) declares ``opts`` as a required argument, and only the C++ binding
+supplies a default for it.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import AllgatherOptions
 
 from .buckets import assign_buckets
 
@@ -32,6 +36,11 @@ def broadcast(pg: dist.ProcessGroup, tensor: torch.Tensor, group_src: int) -> di
     opts.rootRank = group_src
     opts.rootTensor = 0
     return pg.broadcast([tensor], opts)
+
+
+def allgather(pg: dist.ProcessGroup, outputs: list[torch.Tensor], tensor: torch.Tensor) -> dist.Work:
+    """Start an allgather of ``tensor`` into ``outputs`` (one per group rank) on ``pg``."""
+    return pg.allgather([outputs], [tensor], AllgatherOptions())
 
 
 def broadcast_coalesced(pg: dist.ProcessGroup, tensors: Sequence[torch.Tensor],
@@ -105,7 +114,7 @@ def verify_param_shapes(pg: dist.ProcessGroup, params: Sequence[torch.Tensor],
     # dimensions is caught before the broadcast below, whose size depends on it.
     header = torch.tensor([len(metadata) << 32 | len(params)], dtype=torch.int64, device=device)
     gathered = [torch.empty_like(header) for _ in range(world)]
-    pg.allgather([gathered], [header]).wait()
+    allgather(pg, gathered, header).wait()
     counts = [(int(g.item()) & 0xFFFFFFFF, int(g.item()) >> 32) for g in gathered]
     if any(c != counts[0] for c in counts):
         details = ", ".join(f"rank {r}: {c[0]} params, {c[1]} sizes and strides"
@@ -128,7 +137,7 @@ def verify_param_shapes(pg: dist.ProcessGroup, params: Sequence[torch.Tensor],
         pos += width
     flag = torch.tensor([mismatch], dtype=torch.int64, device=device)
     flags = [torch.empty_like(flag) for _ in range(world)]
-    pg.allgather([flags], [flag]).wait()
+    allgather(pg, flags, flag).wait()
     bad = {r: int(f.item()) for r, f in enumerate(flags) if int(f.item()) >= 0}
     if bad:
         if mismatch >= 0:

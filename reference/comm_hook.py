@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .collectives import allreduce
+
 CommHook = Callable[[Any, Any], "torch.futures.Future[Any]"]
 
 
@@ -80,9 +82,7 @@ class GradBucket:
 def allreduce_sum_future(pg: dist.ProcessGroup, tensor: torch.Tensor) -> torch.futures.Future:
     """The reducer's default reduction as a future (c10d's ``_AllReduceBySumCommHook``):
     a plain SUM allreduce, no division (the reducer divided before)."""
-    opts = dist.AllreduceOptions()
-    opts.reduceOp = dist.ReduceOp.SUM  # type: ignore[assignment]
-    return pg.allreduce([tensor], opts).get_future()
+    return allreduce(pg, tensor, dist.ReduceOp.SUM).get_future()
 
 
 def builtin_comm_hook(kind: dist.BuiltinCommHookType) -> CommHook | None:

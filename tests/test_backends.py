@@ -114,6 +114,42 @@ def test_every_reduction_order_gives_the_exact_result(dtype: str, reduce_op: str
             assert torch.equal(bits(acc), want), (order, dtype, reduce_op)
 
 
+#: (dtype, a narrower dtype a wire could carry it in).
+NARROWINGS = [("float64", torch.float32), ("float32", torch.bfloat16),
+              ("float32", torch.float16), ("float16", torch.bfloat16),
+              ("int64", torch.float64), ("int64", torch.int32)]
+
+
+@pytest.mark.parametrize("dtype, narrow", NARROWINGS)
+@pytest.mark.parametrize("reduce_op", ["", "SUM", "AVG", "PRODUCT", "MIN", "MAX"])
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_no_input_survives_a_narrower_wire(dtype: str, narrow: torch.dtype, reduce_op: str,
+                                           ranks: int) -> None:
+    """Full precision: every input element (PRODUCT: every carrier) changes when sent
+    through a narrower type, so a backend that narrows the wire cannot pass."""
+    if reduce_op == "AVG" and dtype not in FLOAT_DTYPES:
+        pytest.skip("AVG is for floating dtypes")
+    if (dtype, narrow, reduce_op) == ("float16", torch.bfloat16, "AVG") and ranks > 2:
+        pytest.skip("AVG on float16 keeps 11 - 2k bits for 2**k ranks: bfloat16 holds 8")
+    if (dtype, narrow) == ("float16", torch.bfloat16) and reduce_op and ranks > 4:
+        pytest.skip("float16 sums keep 11 - k bits for 2**k ranks: at 8 ranks, bfloat16's 8")
+    for rank in range(ranks):
+        x = data(rank, 1023, dtype, reduce_op, group_size=ranks)
+        if reduce_op == "PRODUCT":
+            x = x[torch.arange(1023) % ranks == rank]
+        survived = x.to(narrow).to(x.dtype) == x
+        assert not bool(survived.any()), (rank, x[survived][:4])
+
+
+def test_moved_data_reaches_beyond_the_narrower_ranges() -> None:
+    """Unreduced floats also leave the narrower types' exponent range (a bfloat16 sent as
+    float16 overflows; a float64 sent as float32 becomes 0 or inf)."""
+    assert data(0, 1023, "float64").abs().max() > 2.0 ** 200
+    assert data(0, 1023, "float64").abs().min() < 2.0 ** -200
+    assert data(0, 1023, "bfloat16").abs().max() > 2.0 ** 60
+    assert data(0, 1023, "int64").abs().min() > 2 ** 53
+
+
 def test_bitwise_comparison_tells_negative_zero_apart() -> None:
     assert not torch.equal(bits(torch.tensor([0.0])), bits(torch.tensor([-0.0])))
 
@@ -179,6 +215,59 @@ def test_a_refusal_on_one_rank_or_any_other_error_is_an_error() -> None:
     assert other.verdict is Verdict.ERROR and other.tracebacks == {0: "tb", 1: "tb"}
 
 
+def test_the_same_decline_is_not_applicable_in_a_split_case_too() -> None:
+    """In a split case each group has its own roots, so the ranks raise at items named
+    differently: still the same decline, N/A as in the case's world twin."""
+    case = CollectiveCase(Op.GATHER, "float32", group="split")
+    said = "NotImplementedError: no gather here"
+    split = _judge(case, {0: _raised(0, "NotImplementedError", "no gather here", "1 element, root 0"),
+                          1: _raised(1, "NotImplementedError", "no gather here", "1 element, root 1")})
+    world = _judge(CollectiveCase(Op.GATHER, "float32"),
+                   {r: _raised(r, "NotImplementedError", "no gather here", "1 element, root 0")
+                    for r in (0, 1)})
+    assert split.verdict is world.verdict is Verdict.NA
+    assert said in split.reason and said in world.reason
+    assert "rank 1" not in split.reason  # the same words: said once
+
+
+def test_an_error_line_names_every_rank_whose_exception_differs() -> None:
+    case = CollectiveCase(Op.GATHER, "float32", group="split")
+    result = _judge(case, {0: _raised(0, "RuntimeError", "expected length 2, got 1"),
+                           1: _raised(1, "RuntimeError", "Connection closed by peer"),
+                           2: _raised(2, "RuntimeError", "Connection closed by peer")})
+    assert result.verdict is Verdict.ERROR
+    assert result.reason == ("rank 0 raised at 1 element: RuntimeError: expected length 2, got 1; "
+                             "rank 1 raised at 1 element: RuntimeError: Connection closed by peer")
+    assert set(result.tracebacks) == {0, 1, 2}
+
+
+def test_a_scenario_error_line_names_every_rank_whose_exception_differs() -> None:
+    from ddp_conformance.judge.failures import failed_run
+
+    def tb(line: str) -> str:
+        return f'Traceback (most recent call last):\n  File "x.py", line 1, in f\n{line}\n'
+
+    out = Outcome("raised", tracebacks={0: tb("ValueError: rank 0 has 3 params"),
+                                        1: tb("ValueError: rank 1 has 4 params"),
+                                        2: tb("ValueError: rank 0 has 3 params"),
+                                        3: tb("RuntimeError: released")}, released={3})
+    result = failed_run(Result("s", "c", Verdict.PASS, 4, "gloo", "cpu"), out, 60.0)
+    assert result.reason == ("rank 0 raised ValueError: rank 0 has 3 params; "
+                             "rank 1 raised ValueError: rank 1 has 4 params")
+
+
+def test_a_fail_line_names_every_rank_whose_failure_differs() -> None:
+    from ddp_conformance.judge.verdict import CheckFailure
+
+    result = Result("s", "c", Verdict.FAIL, 3, "gloo", "cpu", failures=[
+        CheckFailure("oracle.grad", "step 0, rank 0, 'w': max abs error 0.5", rank=0),
+        CheckFailure("oracle.grad", "step 1, rank 0, 'w': max abs error 0.7", rank=0),
+        CheckFailure("oracle.grad", "step 0, rank 1, 'w': max abs error 0.25", rank=1),
+        CheckFailure("oracle.grad", "step 0, rank 2, 'b': gradient is None", rank=2)])
+    assert result.summary_line() == ("step 0, rank 0, 'w': max abs error 0.5; "
+                                     "step 0, rank 2, 'b': gradient is None")
+
+
 @pytest.mark.parametrize("error_type, message, gap", [
     ("NotImplementedError", "", True),
     ("RuntimeError", "Cannot use ReduceOp.AVG with Gloo", True),
@@ -223,6 +312,9 @@ def test_the_example_backend_passes_and_matches_gloo_bitwise(tmp_path: Path) -> 
               "allreduce-sum or broadcast-float32 or send-recv-float32 or sparse or "
               "gradients/exact-dyadic or init-sync/per-rank-weights")
     assert out.returncode == 0, out.stdout + out.stderr
+    header = out.stdout.splitlines()[0]  # the default comparison doubles the run: said
+    assert header.endswith(", every scenario also on gloo for comparison (--compare-backend "
+                           "default for a custom backend; --compare-backend none skips it)"), header
     results = _results(tmp_path)
     collective = results["collectives/allreduce-sum-float32-strided[example_backend]"]
     assert collective["verdict"] == "PASS"
@@ -234,27 +326,43 @@ def test_the_example_backend_passes_and_matches_gloo_bitwise(tmp_path: Path) -> 
     assert "registered by `tests.backends.example:example_backend`" in summary
 
 
+def _sum_of_two(dtype: str) -> int:
+    """Element 0 of an allreduce SUM over 2 ranks (what the checks expect)."""
+    return int(reduce([data(r, 1, dtype, "SUM", group_size=2) for r in (0, 1)], "SUM").item())
+
+
 @pytest.mark.parametrize("backend, keyword, collective, evidence, scenario", [
     ("last_unreduced", "allreduce-sum-float32 or buckets/one-large-above-cap",
      "collectives/allreduce-sum-float32", "262147 elements: the result, element 262146: "
      "expected", "buckets/one-large-above-cap"),
     ("sum_averages", "allreduce-sum-int64 or gradients/mlp-sgd", "collectives/allreduce-sum-int64",
-     "1 element: the result, element 0: expected -3, got -2", "gradients/mlp-sgd"),
+     f"1 element: the result, element 0: expected {_sum_of_two('int64')}, got "
+     f"{_sum_of_two('int64') // 2}", "gradients/mlp-sgd"),
     ("broadcast_ignores_root", "broadcast-bfloat16 or init-sync/per-rank-weights",
-     "collectives/broadcast-bfloat16", "root 0: the result, element 0: expected 0.0, got 99.0",
-     "init-sync/per-rank-weights"),
+     "collectives/broadcast-bfloat16", f"root 0: the result, element 0: expected "
+     f"{data(0, 1, 'bfloat16').item()!r}, got 99.0", "init-sync/per-rank-weights"),
+    ("float64_as_float32", "allreduce-sum-float64 or buckets/mixed-dtypes-tiny-cap",
+     "collectives/allreduce-sum-float64", "1 element: the result, element 0: expected "
+     f"{reduce([data(r, 1, 'float64', 'SUM', group_size=2) for r in (0, 1)], 'SUM').item()!r}",
+     "buckets/mixed-dtypes-tiny-cap"),
 ])
 def test_each_defective_backend_is_caught_with_the_evidence(
         backend: str, keyword: str, collective: str, evidence: str, scenario: str,
         tmp_path: Path) -> None:
-    out = cli("run", "--backend", f"tests.backends.defective:{backend}", "--compare-backend",
+    module = "narrowing" if backend == "float64_as_float32" else "defective"
+    out = cli("run", "--backend", f"tests.backends.{module}:{backend}", "--compare-backend",
               "none", "--report-dir", str(tmp_path), "-k", keyword)
     assert out.returncode == 1, out.stdout + out.stderr
+    assert "for comparison" not in out.stdout.splitlines()[0]  # --compare-backend none
     results = _results(tmp_path)
     failed = results[f"{collective}[{backend}]"]
     assert failed["verdict"] == "FAIL"
     assert evidence in failed["failures"][0]["message"], failed["failures"][0]["message"]
     assert results[f"{scenario}[torch]"]["verdict"] == "FAIL"
+    if backend == "float64_as_float32":  # caught on the float64 layers, at float64's rtol
+        messages = [f["message"] for f in results[f"{scenario}[torch]"]["failures"]]
+        assert any("'b." in m or "'d." in m for m in messages), messages
+        assert any("tolerance 1e-12" in m for m in messages), messages
 
 
 def test_a_declined_operation_is_not_applicable_and_the_run_passes(tmp_path: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ddp_conformance.ranks.desync import diagnose
 from ddp_conformance.ranks.flight import FlightLog, FlightRecorder, Launch, RankFlight
 
@@ -21,19 +19,22 @@ def fed(*lines: str) -> RankFlight:
 
 
 class FakeWork:
-    """A c10d work whose completion the test decides (through its future)."""
+    """A c10d work whose completion the test decides (``done``; ``failed``: its
+    ``is_completed`` raises). Asking for its future is counted, and an error: the recorder
+    must observe completion without it."""
 
-    def __init__(self, future: Any) -> None:
-        self.future = future
+    def __init__(self, done: bool = False) -> None:
+        self.done = done
+        self.failed = False
+        self.asked_future = 0
+
+    def is_completed(self) -> bool:
+        if self.failed:
+            raise RuntimeError("peer closed the connection")
+        return self.done
 
     def get_future(self) -> Any:
-        return self.future
-
-
-class NoFutureWork:
-    """A work whose backend does not support futures (c10d raises RuntimeError)."""
-
-    def get_future(self) -> Any:
+        self.asked_future += 1
         raise RuntimeError("ProcessGroup::Work::getFuture not implemented")
 
 
@@ -158,28 +159,30 @@ def test_recorder_lines_and_completions(tmp_path: Path) -> None:
     path = tmp_path / "rank0.flight"
     rec = FlightRecorder(str(path))
     rec.group("g", (0, 1))
-    ok: torch.futures.Future = torch.futures.Future()
-    rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, FakeWork(ok))
+    ok = FakeWork()
+    rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, ok)
     assert rec.pending() == 1
+    assert not rec.settle(0.05)  # polled, still running
     assert path.read_text() == f"G g 0,1\n{LAUNCH_0}\n"
-    ok.set_result(None)
-    assert rec.pending() == 0
+    ok.done = True
+    assert rec.settle(5.0) and rec.pending() == 0
     assert path.read_text().endswith(f"{LAUNCH_0}\nD 0 0\n")
 
-    failed: torch.futures.Future = torch.futures.Future()
-    rec.launched("g", 2, "broadcast", "int64", 3, "forward", 2, -1, FakeWork(failed))
+    failed = FakeWork()
+    rec.launched("g", 2, "broadcast", "int64", 3, "forward", 2, -1, failed)
     assert rec.pending() == 1
-    failed.set_exception(RuntimeError("peer closed the connection"))
-    assert rec.pending() == 0
+    failed.failed = True
+    assert rec.settle(5.0) and rec.pending() == 0
     assert path.read_text().endswith("L 1 g 2 broadcast int64 3 forward 2 -1\nD 1 1\n")
+    assert ok.asked_future == failed.asked_future == 0  # never asked for a future
 
 
-def test_recorder_work_without_future_completes_at_once(tmp_path: Path) -> None:
+def test_recorder_work_that_cannot_say_completes_at_once(tmp_path: Path) -> None:
     path = tmp_path / "rank0.flight"
     rec = FlightRecorder(str(path))
-    rec.launched("g", 1, "barrier", "-", 0, "wrap", -1, -1, object())  # AttributeError
+    rec.launched("g", 1, "barrier", "-", 0, "wrap", -1, -1, object())  # no is_completed
     assert rec.pending() == 0
-    rec.launched("g", 2, "barrier", "-", 0, "wrap", -1, -1, NoFutureWork())  # RuntimeError
+    rec.launched("g", 2, "barrier", "-", 0, "wrap", -1, -1, None)  # no work at all
     assert rec.pending() == 0
     assert path.read_text() == ("L 0 g 1 barrier - 0 wrap -1 -1\nD 0 0\n"
                                 "L 1 g 2 barrier - 0 wrap -1 -1\nD 1 0\n")
@@ -187,14 +190,14 @@ def test_recorder_work_without_future_completes_at_once(tmp_path: Path) -> None:
     assert flight.pending() == [] and flight.at("g", 2).kind == "barrier"
 
 
-def test_recorder_already_completed_future(tmp_path: Path) -> None:
+def test_recorder_already_completed_work(tmp_path: Path) -> None:
     path = tmp_path / "rank0.flight"
     rec = FlightRecorder(str(path))
-    done: torch.futures.Future = torch.futures.Future()
-    done.set_result(None)
-    rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, FakeWork(done))
-    assert rec.pending() == 0
+    work = FakeWork(done=True)
+    rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, work)
+    assert rec.pending() == 0  # seen at launch, on the caller's thread
     assert path.read_text() == f"{LAUNCH_0}\nD 0 0\n"
+    assert work.asked_future == 0
 
 
 def test_recorder_to_flight_log_to_diagnosis(tmp_path: Path) -> None:
@@ -204,15 +207,13 @@ def test_recorder_to_flight_log_to_diagnosis(tmp_path: Path) -> None:
     logs = {r: FlightLog(str(tmp_path / f"rank{r}.flight")) for r in (0, 1)}
     for log in logs.values():
         log.begin()
-    futures = {}
+    works = {}
     for rank, rec in recorders.items():
         rec.group("g", (0, 1))
-        first: torch.futures.Future = torch.futures.Future()
-        rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, FakeWork(first))
-        first.set_result(None)
-        futures[rank] = torch.futures.Future()
+        rec.launched("g", 1, "allreduce", "float32", 10, "backward", 1, 0, FakeWork(done=True))
+        works[rank] = FakeWork()
         kind = "allreduce" if rank == 0 else "broadcast"
-        rec.launched("g", 2, kind, "float32", 10, "backward", 1, 1, FakeWork(futures[rank]))
+        rec.launched("g", 2, kind, "float32", 10, "backward", 1, 1, works[rank])
     assert all(log.read() for log in logs.values())
     flights = {r: log.flight for r, log in logs.items()}
     assert [c.seq for c in flights[0].pending()] == [2]
@@ -222,31 +223,74 @@ def test_recorder_to_flight_log_to_diagnosis(tmp_path: Path) -> None:
         "desync: rank 0 waits in allreduce(10 x float32) #2 of group g "
         "(step 1, microbatch 1, backward); rank 1 waits in broadcast(10 x float32) #2 of "
         "group g (step 1, microbatch 1, backward); the streams differ first at #2 of group g")
-    for fut in futures.values():
-        fut.set_result(None)
+    for work in works.values():
+        work.done = True
+    assert all(rec.settle(5.0) for rec in recorders.values())
     assert all(log.read() for log in logs.values())
     assert all(f.pending() == [] for f in flights.values())
     assert diagnose(flights, {0, 1}, {}) is None
-
-
-class _Work:
-    """A collective's work as the recorder sees it: only its future."""
-
-    def __init__(self, future: Any) -> None:
-        self.future = future
-
-    def get_future(self) -> Any:
-        return self.future
 
 
 def test_settle_waits_for_work_in_flight_and_has_a_deadline(tmp_path: Path) -> None:
     import threading
 
     recorder = FlightRecorder(str(tmp_path / "flight"))
-    future: torch.futures.Future[Any] = torch.futures.Future()
-    recorder.launched("0", 1, "allreduce", "float32", 4, "backward", 0, 0, _Work(future))
+    work = FakeWork()
+    recorder.launched("0", 1, "allreduce", "float32", 4, "backward", 0, 0, work)
     assert recorder.pending() == 1
     assert not recorder.settle(0.05), "settled with a collective in flight"
-    threading.Timer(0.05, lambda: future.set_result(None)).start()
+    threading.Timer(0.05, lambda: setattr(work, "done", True)).start()
     assert recorder.settle(5.0)
     assert recorder.pending() == 0
+
+
+def test_poller_backs_off_and_stamps_completion() -> None:
+    """A long-running work is asked less and less often (a quarter of its age, within the
+    floor and cap); its completion time is when the poll saw it, after it completed."""
+    import time
+
+    from ddp_conformance.ranks.flight import CompletionPoller
+
+    class Counted(FakeWork):
+        asked = 0
+
+        def is_completed(self) -> bool:
+            Counted.asked += 1
+            return super().is_completed()
+
+    poller = CompletionPoller()
+    work = Counted()
+    seen: list[tuple[float, bool]] = []
+    assert poller.watch(work, lambda when, error: seen.append((when, error)), 0.001, 0.02)
+    time.sleep(0.3)
+    assert seen == [] and poller.watching() == 1
+    # 0.3 s at most every 1 ms would be 300 queries; a quarter of the age, ~ 20
+    assert 3 <= Counted.asked < 60, Counted.asked
+    finished = time.perf_counter()
+    work.done = True
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(seen) == 1 and seen[0][1] is False
+    assert finished <= seen[0][0] <= finished + 0.05
+    assert poller.watching() == 0 and work.asked_future == 0
+    assert not poller.watch(None, lambda when, error: None)  # cannot say: not watched
+
+
+def test_a_work_that_cannot_say_is_not_polled() -> None:
+    """A Python ``Work`` that only overrides ``wait`` answers ``is_completed()`` False
+    forever: polling it would show its rank waiting there for good."""
+    import torch.distributed as dist
+
+    from ddp_conformance.ranks.flight import can_say
+
+    class WaitOnly(dist.Work):
+        def wait(self, timeout: Any = None) -> bool:
+            return True
+
+    class Answers(WaitOnly):
+        def is_completed(self) -> bool:
+            return True
+
+    assert not can_say(WaitOnly()) and not can_say(None) and not can_say(object())
+    assert can_say(Answers()) and can_say(FakeWork()) and can_say(dist.Work())

@@ -188,7 +188,7 @@ class TestUsageErrors(expecttest.TestCase):
         return line
 
     def test_unknown_candidate(self) -> None:
-        self.assertExpectedInline(self.usage_error("--candidate", "nosuch"), """ddp-conformance: error: unknown candidate 'nosuch': not a built-in (torch, reference, torch-python-reducer, replicate, fsdp-no-shard, fsdp-full-shard, fsdp2, lightning, accelerate, deepspeed-zero0, deepspeed-zero1, deepspeed-zero2, fairscale-sharded, torch-compile, torch-compile-split, torch-compile-inductor, torch-compile-ca) and not of the form package.module:attr""")
+        self.assertExpectedInline(self.usage_error("--candidate", "nosuch"), """ddp-conformance: error: unknown candidate 'nosuch': not a built-in (torch, reference, torch-python-reducer, replicate, fsdp-no-shard, fsdp-full-shard, fsdp2, lightning, accelerate, deepspeed-zero0, deepspeed-zero1, deepspeed-zero2, fairscale-sharded, torch-compile, torch-compile-split, torch-compile-inductor, torch-compile-ca, ignite, megatron-core, torchft) and not of the form package.module:attr""")
 
     def test_candidate_module_does_not_import(self) -> None:
         self.assertExpectedInline(self.usage_error("--candidate", "nosuch.module:X"), """ddp-conformance: error: unknown candidate 'nosuch.module:X': cannot import 'nosuch.module' (No module named 'nosuch')""")

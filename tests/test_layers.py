@@ -16,7 +16,7 @@ LAYERS: list[set[str]] = [
     {"judge", "collectives"},
     {"report", "bench"},
     {"runner"},
-    {"session", "fuzz", "repro"},
+    {"session", "deadline", "fuzz", "repro"},
     {"cli", "pytest_plugin", "pytest_items", "pytest_coverage", "__main__", "__init__"},
 ]
 

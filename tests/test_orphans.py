@@ -53,3 +53,44 @@ def test_ranks_die_with_a_killed_parent() -> None:
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert not survivors, f"rank processes {survivors} outlived their parent"
+
+
+def starts_a_sleeper_then_hangs(rank: int, world_size: int, token: str) -> None:
+    """Starts a ``setsid`` sleeper marked with ``token``, then never ends (the pool kills it)."""
+    subprocess.Popen(["sleep", "300"], env={**os.environ, "ORPHAN_TEST": token},
+                     start_new_session=True)
+    time.sleep(300)
+
+
+def _marked(token: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if f"ORPHAN_TEST={token}".encode() in f.read() and _alive(int(entry)):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_what_a_killed_rank_started_is_ended_by_the_pool() -> None:
+    """A rank that times out is killed: it cannot end what it started; the pool does, by
+    the marker in the rank's environment, and says so in the job's outcome."""
+    import uuid
+
+    from ddp_conformance.ranks.messages import Job
+    from ddp_conformance.ranks.pool import RankPool
+
+    token = uuid.uuid4().hex
+    try:
+        with RankPool(2) as pool:
+            out = pool.run(Job("call", "", 60, function="tests.test_orphans:starts_a_sleeper_then_hangs",
+                               args=(token,), trace=False), 3.0)
+            assert out.status == "timeout"
+            ended = [e for h in out.hygiene.values() for e in h.ended]
+            assert len(ended) == 2 and all("sleep 300" in e for e in ended), ended
+            assert not _marked(token)
+    finally:
+        for pid in _marked(token):
+            os.kill(pid, signal.SIGKILL)

@@ -269,3 +269,31 @@ def test_ranks_resolve_the_runs_candidates_before_they_say_ready() -> None:
         assert pool.call(f"{__name__}:imported", "tests.newcomers") == [True, True]
     with RankPool(2, spare=False) as pool:
         assert pool.call(f"{__name__}:imported", "tests.newcomers") == [False, False]
+
+
+def leaves_a_thread_and_a_flag(rank: int, world_size: int) -> int:
+    """A job that leaves what can be put back (a flag) and what cannot (a live thread)."""
+    import threading
+
+    torch.backends.mkldnn.enabled = False
+    if rank == 1:
+        threading.Thread(target=time.sleep, args=(300,), name="left-behind", daemon=True).start()
+    return os.getpid()
+
+
+def mkldnn_and_pid(rank: int, world_size: int) -> tuple[bool, int]:
+    return torch.backends.mkldnn.enabled, os.getpid()
+
+
+def test_a_job_that_leaves_state_is_cleaned_up_or_its_rank_retired() -> None:
+    with RankPool(2) as pool:
+        pool.start()
+        out = call(pool, "leaves_a_thread_and_a_flag")
+        assert out.status == "done"
+        assert "torch.backends.mkldnn.enabled" in out.hygiene[0].restored[0]
+        assert not out.hygiene[0].retire and out.hygiene[1].retire
+        assert "left-behind" in out.hygiene[1].retired[0]
+        after = pool.call(f"{__name__}:mkldnn_and_pid")
+        assert [a[0] for a in after] == [True, True], "the flag was put back"
+        assert after[0][1] == out.results[0], "rank 0 stays"
+        assert after[1][1] != out.results[1], "rank 1 was retired: a fresh process"

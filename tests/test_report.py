@@ -156,7 +156,12 @@ def test_report_set_has_matrix_failure_evidence_and_is_self_contained(tmp_path: 
     assert names == ["junit.xml", "report.html", "results.jsonl", "summary.md"]
     html = (tmp_path / "report.html").read_text()
     assert "<script" not in html and not re.search(r"""(src|href)=["']?(https?:)?//""", html)
-    assert html.count("data:image/png;base64,") == 1  # the failing case's error-per-step plot
+    # The failing case's error-per-step plot, inline SVG: oracle solid, reference dashed.
+    assert html.count("<svg") == 1 and "data:image/png" not in html
+    svg = html[html.index("<svg"):html.index("</svg>")]
+    assert svg.count("<polyline") == 3 and svg.count('stroke-dasharray="4 3"><title>0.weight '
+                                                     "vs reference") == 1
+    assert "grad: error per step" in svg and "param: error" not in svg
     for text in ("gradients/mlp[bad]", "0.weight", "oracle.grad", "RuntimeError: boom",
                  "join.py", "main_hook", "needs join", "aaaaaaaaaaaa (dirty)"):
         assert text in html, text

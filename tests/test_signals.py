@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from ddp_conformance.config import RunConfig
+from ddp_conformance.deadline import CLOSE_DEADLINE_S
 from ddp_conformance.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted
 from ddp_conformance.session import REPEAT_GRACE_S, Session
 
@@ -315,3 +316,118 @@ def test_sigterm_ends_a_pytest_run_with_143_and_its_junit(tmp_path: Path) -> Non
     # pytest's terminal and JUnit each log an item; SIGTERM may come between the two.
     assert len(names) >= FINISHED_BEFORE_SIGNAL and len(set(seen) ^ set(names)) <= 1, \
         (seen, names)
+
+
+#: The defective DDP that fails most of the catalog (116 FAIL at 2 ranks on torch 2.13).
+FAILING_EVERYWHERE = "tests.defective:SumsWithoutDividing"
+#: How long its whole catalog may take on a loaded machine (about 80 s on 2 busy cores).
+CATALOG_DEADLINE_S = 600.0
+#: The exit after the deadline's own exit: the kernel ends the process at once.
+EXIT_MARGIN_S = 5.0
+
+
+def end_line_written(reports: Path) -> bool:
+    """Whether results.jsonl ends with its end record: the run has begun writing the
+    report set (:meth:`ResultsWriter.close` writes it first). Reads the tail only."""
+    try:
+        with open(reports / "results.jsonl", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return False
+    return tail.endswith("\n") and '"type": "end"' in tail.rstrip("\n").rsplit("\n", 1)[-1]
+
+
+def assert_whole_report_set(reports: Path) -> list[dict[str, object]]:
+    """Every report file there and complete, no temporary file left; the records."""
+    assert sorted(os.listdir(reports)) == ["junit.xml", "report.html", "results.jsonl",
+                                           "summary.md"], os.listdir(reports)
+    lines = results_lines(reports)
+    recorded = [x for x in lines if x["type"] == "result"]
+    assert lines[-1]["type"] == "end"
+    suite, names = junit_cases(reports / "junit.xml")
+    assert len(names) == len(recorded) and suite.get("tests") == str(len(recorded))
+    assert (reports / "report.html").read_text().rstrip().endswith("</body></html>")
+    summary = (reports / "summary.md").read_text()
+    assert summary.startswith("# ") and summary.endswith("\n"), summary[-200:]
+    return recorded
+
+
+def test_sigterm_while_a_large_failing_run_writes_its_reports_ends_it_in_time(
+        tmp_path: Path) -> None:
+    """Issue 29: the reports of a 90-FAIL run took 56-142 s, and a signal meanwhile
+    waited for them (or the watchdog left a 0-byte report.html). The signal comes once
+    results.jsonl has its end line and before report.html exists: while the report set
+    is written. The run still exits within the deadline with every file whole."""
+    reports = tmp_path / "reports"
+    run = Run(["-m", "ddp_conformance", "run", "--report-dir", str(reports), "--candidate",
+               FAILING_EVERYWHERE, "--timeout", "120"], tmp_path)
+    try:
+        assert wait_until(lambda: end_line_written(reports) or run.proc.poll() is not None,
+                          CATALOG_DEADLINE_S), "the catalog did not end in time"
+        ranks = rank_pids(run.proc.pid)
+        run.proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert not (reports / "report.html").exists(), \
+            "report.html was written before the signal: the window was missed"
+        assert run.proc.poll() is None or run.proc.returncode == 143, run.stderr()
+        try:
+            code = run.proc.wait(timeout=CLOSE_DEADLINE_S + EXIT_MARGIN_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"no exit within {CLOSE_DEADLINE_S}s of SIGTERM: {run.stderr()}")
+        took = time.monotonic() - signalled
+        assert code == 143 and took <= CLOSE_DEADLINE_S + EXIT_MARGIN_S, (code, took)
+        assert_no_rank_left(run.proc.pid, ranks)
+    finally:
+        run.end()
+    stderr = run.stderr()
+    assert "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == \
+        f"ddp-conformance: interrupted by SIGTERM at the end of the run; reports in {reports}"
+    recorded = assert_whole_report_set(reports)
+    assert sum(x["verdict"] == "FAIL" for x in recorded) >= 90
+
+
+#: A run whose report set outlasts a 1 s deadline: one report is written, the next never
+#: ends (a stand-in for a report too slow for the deadline, which the report set itself no
+#: longer is). Real signal, real watchdog, real files; no rank.
+SLOW_REPORT = """
+import os, signal, sys, time
+from ddp_conformance.config import RunConfig
+from ddp_conformance.deadline import CloseDeadline
+from ddp_conformance.errors import Interrupted
+from ddp_conformance.report.files import ReportFiles
+from ddp_conformance.session import Session
+
+directory = sys.argv[1]
+session = Session(RunConfig())
+session.planned = 7
+session.report_files = files = ReportFiles()
+deadline = CloseDeadline(session, directory, deadline_s=1.0)
+session.catch_signals(handler=deadline.on_signal)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+except Interrupted as exc:
+    session.interrupt(exc)
+files.write_text(os.path.join(directory, "summary.md"), lambda: "# done\\n")
+with files.writing(os.path.join(directory, "junit.xml")) as temp:
+    with open(temp, "w") as f:
+        f.write("<testsuite")
+        f.flush()
+        time.sleep(60)
+print("not reached")
+"""
+
+
+def test_the_deadline_abandons_the_report_being_written_and_says_what_was_written(
+        tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", SLOW_REPORT, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143 and "not reached" not in proc.stdout, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "ddp-conformance: interrupted by SIGTERM after 0 of 7 cases; ending the run took "
+        f"longer than 1s: exiting with results.jsonl (0 cases), summary.md in {tmp_path}; "
+        "not written: junit.xml, report.html"], proc.stderr
+    assert os.listdir(tmp_path) == ["summary.md"]  # no half junit.xml, no temporary file

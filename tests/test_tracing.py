@@ -19,6 +19,8 @@ import torch.distributed as dist
 from ddp_conformance.ranks.tracing import TRACER, Collective, Tracer, TracingProcessGroup
 
 GLOO = dist.ProcessGroup.BackendType.GLOO
+#: The repository root: the subprocesses import ``tests.backends`` from there.
+_ROOT = str(__import__("pathlib").Path(__file__).resolve().parents[1])
 
 
 @pytest.fixture
@@ -58,7 +60,9 @@ def test_wrapping_a_process_group_logs_kind_dtype_numel_bytes_and_completion(
         group: dist.ProcessGroup, global_trace: list[Collective]) -> None:
     tracer = Tracer(completions=True)
     pg = TracingProcessGroup(group, tracer=tracer)
-    assert pg.getBackendName() == "traced_gloo" and (pg.rank(), pg.size()) == (0, 1)
+    # the inner group's name, as the candidate would see it without the harness
+    assert pg.getBackendName() == pg.name() == pg._get_backend_name() == "gloo"
+    assert (pg.rank(), pg.size()) == (0, 1)
     assert torch.device("cpu") in pg._device_types  # the real backend, for C++ look-ups
     tracer.phase("backward", step=2, microbatch=1)
     before = time.perf_counter()
@@ -95,8 +99,8 @@ def test_completions_only_when_the_tracer_asks(group: dist.ProcessGroup) -> None
 
 def test_wrapping_a_backend_object_logs_into_the_global_tracer(
         gloo: dist.ProcessGroupGloo, global_trace: list[Collective]) -> None:
-    pg = TracingProcessGroup(gloo, "traced_gloo")  # as traced_backend's factory does
-    assert pg.tracer is TRACER and pg.getBackendName() == "traced_gloo"
+    pg = TracingProcessGroup(gloo, real="gloo")  # as traced_backend's factory does
+    assert pg.tracer is TRACER and pg.name() == "gloo"
     TRACER.phase("optimizer", 3)
     dist.all_reduce(torch.ones(5, dtype=torch.int64), group=pg)
     # not bound on ProcessGroupGloo: goes through the plain group over the same backend
@@ -159,3 +163,137 @@ def test_registered_traced_backend_traces_every_group_into_the_global_tracer() -
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+# What the candidate can ask of its groups: each answer must be the same traced and not.
+_SEEN = textwrap.dedent("""
+    import importlib, sys, torch, torch.distributed as dist
+    from ddp_conformance.ranks.tracing import TRACER, TracingProcessGroup, traced_backend
+    module, _, real = sys.argv[1].rpartition(":")
+    if module:
+        importlib.import_module(module)
+
+    def named(group):
+        try:
+            return group.group_name, group.group_desc
+        except RuntimeError as exc:  # a Python group that keeps no name: so it says
+            return str(exc)
+
+    def seen(group):
+        cpu = torch.device("cpu")
+        backend = (type(group._get_backend(cpu)).__name__ if cpu in group._device_types
+                   else None)
+        return (str(dist.get_backend(group)), group.name(), group._get_backend_name(),
+                dist.get_backend_config(group), dist.get_rank(group), dist.get_world_size(group),
+                dist.ProcessGroup.rank(group), dist.ProcessGroup.size(group),
+                dist.get_process_group_ranks(group), sorted(map(str, group._device_types)),
+                backend, named(group))
+
+    def world(name):
+        dist.init_process_group(name, store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            groups = [dist.group.WORLD, dist.new_group([0]), dist.new_group([0], backend=real)]
+            answers = [seen(g) for g in groups]
+            traced = [isinstance(g, TracingProcessGroup) for g in groups]
+            for g in groups:
+                dist.all_reduce(torch.ones(2), group=g)
+            return answers, traced, [(c.kind, c.numel) for c in TRACER.take()]
+        finally:
+            dist.destroy_process_group()
+
+    made = getattr(sys.modules.get(module), "MADE", [0])  # a backend's own subgroups
+    plain = world(real)
+    traced = world(traced_backend(real))
+    again = world(real)  # an untraced job after a traced one, in the same process
+    assert made[0] in (0, 6), made  # its own new_group, 2 subgroups per world, every time
+    assert plain[1:] == ([False] * 3, []), plain
+    assert traced[1:] == ([True] * 3, [("allreduce", 2)] * 3), traced
+    assert traced[0] == plain[0] == again[0], (plain[0], traced[0])
+    assert again[1:] == plain[1:], again
+    print(plain[0][0][:3])
+""")
+
+
+@pytest.mark.parametrize("backend", ["gloo", "tests.backends.example:example_backend",
+                                     "tests.backends.own_subgroups:own_subgroups",
+                                     "tests.backends.backend_object:backend_object"])
+def test_the_trace_is_invisible_to_every_public_query(backend: str) -> None:
+    """``dist.get_backend``, ``name()``, ``_get_backend_name()``, ``get_backend_config``,
+    rank and size (Python and C++), the group's ranks, its device types and backend object:
+    the same traced and untraced, on the default group and on subgroups created with and
+    without ``backend=``; every traced group's collectives are traced all the same."""
+    proc = subprocess.run([sys.executable, "-c", _SEEN, backend], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    name = backend.rpartition(":")[2]
+    # c10d's own group over a registered backend's object calls itself "custom"
+    said = "custom" if name == "backend_object" else name
+    assert proc.stdout.split() == [f"('{name}',", f"'{said}',", f"'{said}')"]
+
+
+class _LyingGroup(dist.ProcessGroup):
+    """torchft 0.2.0's wrappers: built as ``ProcessGroup(0, 1)`` (C++ rank 0, size 1 on
+    every process); only the Python ``size()`` says what the job is."""
+
+    def size(self) -> int:
+        return 2
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "lying"
+
+
+def test_rank_and_size_are_the_inner_groups_in_cpp_and_in_python() -> None:
+    inner = _LyingGroup(0, 1)  # type: ignore[call-arg]
+    pg = TracingProcessGroup(inner, tracer=Tracer(), real="lying")
+    assert (dist.ProcessGroup.rank(pg), dist.ProcessGroup.size(pg)) == (0, 1)  # what C++ reads
+    assert (pg.rank(), pg.size()) == (0, 2)  # what Python reads, as of the inner group
+    assert pg.name() == "lying"
+
+
+class _NoFutureWork(dist.Work):
+    """A work that completes at once and has no future: asking for one is an error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked_future = 0
+
+    def is_completed(self) -> bool:
+        return True
+
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        self.asked_future += 1
+        raise RuntimeError("this backend's works have no future")
+
+
+class _NoFutureGroup(dist.ProcessGroup):
+    """A one-rank backend whose works have no future."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+        self.works: list[_NoFutureWork] = []
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "nofuture"
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: object = None) -> dist.Work:
+        self.works.append(_NoFutureWork())
+        return self.works[-1]
+
+
+def test_completions_are_polled_never_asked_of_the_future(tmp_path: object) -> None:
+    from ddp_conformance.ranks.flight import FlightRecorder
+
+    inner = _NoFutureGroup()
+    tracer = Tracer(completions=True)
+    tracer.flight = FlightRecorder(f"{tmp_path}/flight")
+    pg = TracingProcessGroup(inner, tracer=tracer, group_key="g", ranks=[0], real="nofuture")
+    dist.all_reduce(torch.ones(3), group=pg)
+    pg.allreduce([torch.ones(2)]).wait()
+    log = settled(tracer.take())
+    assert [c.kind for c in log] == ["allreduce", "allreduce"]
+    assert all(c.done is not None for c in log)  # completion seen, by is_completed()
+    assert tracer.flight.settle(5.0)
+    assert [w.asked_future for w in inner.works] == [0, 0]

@@ -15,10 +15,13 @@ from ddp_conformance.builtins import (
     deepspeed_engine,
     fairscale_sharded,
     fsdp,
+    ignite,
     lightning,
+    megatron_core,
     replicate,
     torch_compile,
     torch_python_reducer,
+    torchft_ddp,
 )
 from ddp_conformance.contract.candidate import Candidate
 
@@ -38,4 +41,7 @@ ADAPTERS: dict[str, Callable[[], Candidate]] = {
     "torch-compile-split": torch_compile.torch_compile_split,
     "torch-compile-inductor": torch_compile.torch_compile_inductor,
     "torch-compile-ca": torch_compile.torch_compile_ca,
+    "ignite": ignite.candidate,
+    "megatron-core": megatron_core.candidate,
+    "torchft": torchft_ddp.candidate,
 }

@@ -96,6 +96,46 @@ def forward_context(scenario: Scenario, device: torch.device) -> Iterator[None]:
         yield
 
 
+def backward_passes(scenario: Scenario, loss: Tensor, backward: Any, retaining: Any) -> None:
+    """Back-propagate ``loss`` ``scenario.backwards`` times: ``retaining(loss)`` (a backward
+    with ``retain_graph=True``) for all but the last, ``backward(loss)`` for the last. The
+    local gradients accumulate over the passes."""
+    for _ in range(scenario.backwards - 1):
+        retaining(loss)
+    backward(loss)
+
+
+def poisoned_inputs(scenario: Scenario, rank: int, step: int, world_size: int,
+                    device: torch.device) -> tuple[Any, ...]:
+    """The step's first batch with one feature too many (its first column repeated): the
+    model's first ``nn.Linear`` raises on it. For ``Scenario.raise_in_no_sync``, on models
+    whose first layer is an ``nn.Linear``."""
+    inputs, _ = batch(scenario, rank, step, 0, world_size, device)
+    x = inputs[0]
+    return (torch.cat([x, x[..., :1]], dim=-1), *inputs[1:])
+
+
+def raise_in_no_sync(scenario: Scenario, no_sync: Any, forward: Any, rank: int, step: int,
+                     world_size: int, device: torch.device) -> None:
+    """One forward inside ``no_sync()`` on :func:`poisoned_inputs`, which the model's own
+    forward cannot take; whatever it raises (torch's shape error, or a compiler's wrapping
+    of it) is caught outside the context, as a training loop that skips a bad batch does
+    (fairseq's OOM recovery). An error entering ``no_sync`` (before the forward) is the
+    candidate's and propagates; so does a forward that does not raise (the scenario's
+    model cannot be poisoned: a harness error)."""
+    entered = False
+    try:
+        with no_sync():
+            entered = True
+            forward(*poisoned_inputs(scenario, rank, step, world_size, device))
+    except Exception:  # noqa: BLE001 - the poisoned forward's error, whatever its type
+        if not entered:
+            raise
+        return
+    raise AssertionError(f"scenario {scenario.id!r}: model {scenario.model!r} did not raise "
+                         f"on a batch with one feature too many (raise_in_no_sync)")
+
+
 @dataclass(frozen=True)
 class Forward:
     """One forward of a step's procedure: ``microbatch`` -1 is the eval forward (under

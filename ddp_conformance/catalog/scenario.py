@@ -205,14 +205,18 @@ class Scenario:
     #: legitimately leaves the single-process trajectory then, said next to the scenario;
     #: the reference and replica checks still apply).
     oracle_after_join: bool = True
-    #: The error every rank must raise (a regular expression on "Type: message"); the
-    #: checks then require it on every rank, and no value check runs (the step that raised
-    #: may have left its reduction unfinished, so even earlier steps' gradients can differ).
+    #: An API contract whose behaviour IS a refusal (a comm hook registered twice, models
+    #: that differ across ranks, a module without parameters, ``_set_static_graph`` after
+    #: training): every rank must raise a clear error (one with a message), no hang, and no
+    #: value check runs (the step that raised may have left its reduction unfinished). The
+    #: value is torch's "Type: message" as a regular expression, demanded of the error only
+    #: under ``--strict-messages``.
     expect_error: str | None = None
     #: A limit of torch's own implementation, not of DDP's semantics (a regular expression
-    #: on torch's "Type: message", for the record): here a candidate may refuse, as torch
-    #: does (an error on every rank, no hang: "refused, like torch"), or go on and be
-    #: judged on its values against the oracle like any scenario.
+    #: on torch's "Type: message"): here a candidate may refuse, as torch does (a clear
+    #: error on every rank, no hang: "refused, like torch"; torch's text only under
+    #: ``--strict-messages``), or go on and be judged on its values against the oracle,
+    #: every rank and step, like any scenario ("beyond torch").
     torch_limit: str | None = None
     #: Rank ``r`` trains on ``batch_size + r * batch_size_step`` samples: uneven per-rank
     #: batches. DDP averages the per-rank *means* (each rank's loss is its own mean), which
@@ -241,6 +245,14 @@ class Scenario:
     #: DDP launches that all-reduce and never waits for it; on NCCL the stream orders it,
     #: and Gloo's barrier waits for every earlier collective of the group).
     barrier_after_backward: bool = False
+    #: Each microbatch's loss is back-propagated this many times before the step,
+    #: ``retain_graph=True`` on all but the last (the local gradients accumulate).
+    backwards: int = 1
+    #: Before every step's microbatches, one forward inside ``no_sync()`` raises (the
+    #: model's own forward, given a batch with one feature too many); the procedure catches
+    #: the error outside the context and trains on. torch's ``no_sync`` restores
+    #: synchronisation in a ``finally``: the step's backward reduces.
+    raise_in_no_sync: bool = False
     #: The scenario costs seconds, not tens of milliseconds: N/A unless the run asks for the
     #: slow scenarios (``--slow``; the yardstick, benchmarks/torch_coverage.py, does).
     slow: bool = False
@@ -264,6 +276,7 @@ class Scenario:
                                    ("min_world_size", self.min_world_size, 1),
                                    ("comm_hook_registrations", self.comm_hook_registrations, 1),
                                    ("forwards", self.forwards, 1),
+                                   ("backwards", self.backwards, 1),
                                    ("batch_size_step", self.batch_size_step, 0)):
             if value < least:
                 raise ValueError(f"scenario {self.id!r}: {name} must be at least {least}, "
@@ -296,6 +309,10 @@ class Scenario:
         needs: set[str] = {Capability.option(name) for name in self.ddp_options}
         if self.accumulate is not Accumulate.SYNC_EACH and self.microbatches > 1:
             needs.add(Capability.NO_SYNC.value)
+        if self.raise_in_no_sync:
+            needs.add(Capability.NO_SYNC.value)
+        if self.backwards > 1:
+            needs.add(Capability.RETAIN_GRAPH.value)
         if self.join is not None:
             needs.add(Capability.JOIN.value)
         if self.sync_strategy is not None:

@@ -255,10 +255,12 @@ def generated_id(fields: dict[str, Any]) -> str:
 #: Scenario fields as the catalog writes them, in that order; a field at its default is
 #: left out of the literal.
 _LITERAL_ORDER = ("model", "model_kwargs", "exact", "lr", "steps", "batch_size",
-                  "batch_size_step", "microbatches", "forwards", "eval_between_steps",
+                  "batch_size_step", "microbatches", "forwards", "backwards",
+                  "raise_in_no_sync", "eval_between_steps",
                   "autocast", "accumulate",
                   "sync_strategy", "optimizer", "zero_grad_set_to_none", "ddp_options", "init",
                   "join", "comm_hook", "comm_hook_registrations", "expect_error", "rtol",
+                  "trace_volume",
                   "buffer_comm_hook", "update_process_group_at", "copy_wrapper",
                   "copy_wrapper_at", "barrier_after_backward", "torch_limit", "groups", "seed")
 

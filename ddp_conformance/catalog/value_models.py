@@ -96,6 +96,47 @@ register(ModelSpec("mlp_float16", _mlp_float16, _batch_float16, mse,
                    "an MLP wholly in float16: parameters, data, gradients and loss"))
 
 
+# --- one layer in another dtype: float32 elsewhere --------------------------------------------
+
+
+class EndsInDtype(nn.Module):
+    """The catalog's MLP (the same float32 draws) with its first layer cast to ``first``
+    and its last to ``last``; activations are cast at each boundary, data and loss are
+    float32. DDP buckets per dtype, in reverse registration order: the last layer's
+    parameters fill the first bucket, reduced first."""
+
+    def __init__(self, first: torch.dtype, last: torch.dtype) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+        self.inp, self.hidden, self.out = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+        self.inp.to(first)
+        self.out.to(last)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.tanh(self.inp(x.to(self.first))).float()
+        h = torch.tanh(self.hidden(h))
+        return self.out(h.to(self.last)).float()
+
+
+def _bfloat16_first_layer() -> nn.Module:
+    return EndsInDtype(torch.bfloat16, torch.float32)
+
+
+def _float16_first_bucket() -> nn.Module:
+    return EndsInDtype(torch.float32, torch.float16)
+
+
+def _batch_float32(gen: torch.Generator, size: int, rank: int, world_size: int,
+                   step: int) -> Batch:
+    return _normal(gen, size)
+
+
+register(ModelSpec("mlp_bfloat16_first_layer", _bfloat16_first_layer, _batch_float32, mse,
+                   "bfloat16 parameters (the first layer) beside float32 ones"))
+register(ModelSpec("mlp_float16_first_bucket", _float16_first_bucket, _batch_float32, mse,
+                   "float16 parameters registered last (DDP's first bucket) beside float32"))
+
+
 # --- one tensor above 2**18 elements ----------------------------------------------------------
 
 

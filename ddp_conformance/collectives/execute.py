@@ -4,9 +4,10 @@ Called by the rank runtime as a ``call`` job (``run_case(rank, world_size, case,
 device)``) inside the job's default group, which is the backend under test (through the
 tracing group when the run traces, so a hang is diagnosed from the flight recorder as for
 any scenario). Each item (a size, and a root for rooted operations) builds every member's
-exact data (:mod:`.values`), runs the collective, and compares what this rank holds with
-what it must hold, bit for bit: the results, the inputs an out-of-place operation must
-leave alone, and the elements between a strided tensor's elements.
+exact data at the dtype's full precision (:mod:`.values`), runs the collective, and
+compares what this rank holds with what it must hold, bit for bit: the results, the
+inputs an out-of-place operation must leave alone, and the elements between a strided
+tensor's elements.
 
 A backend that raises is not judged here: the first item whose collective raises ends
 the case, and the exception goes back whole. The parent decides whether it declares a gap
@@ -113,8 +114,10 @@ class _Context:
         return self.members.index(self.me)
 
     def data(self, rank: int, numel: int, salt: int = 0) -> Tensor:
+        """Member ``rank``'s input (:func:`~ddp_conformance.collectives.values.data`)."""
         case = self.case
-        return data(rank, numel, case.dtype, case.reduce_op, salt, self.size).to(self.device)
+        return data(rank, numel, case.dtype, case.reduce_op, salt, self.size,
+                    self.members.index(rank)).to(self.device)
 
     def empty(self, numel: int) -> Tensor:
         return torch.full((numel,), SENTINEL, dtype=dtype_of(self.case.dtype), device=self.device)

@@ -3,12 +3,15 @@
 - FAIL: a rank holds a value other than the exact one; the evidence names the rank, the
   operation, reduce op and dtype, the item (size, root), the tensor, the first differing
   element and both values, and how many elements differ.
-- N/A: every rank raised at the same item, and the backend's exception declares a gap
-  (``NotImplementedError``, or a message saying the operation, op or dtype is not
-  supported): the reason quotes it, with the items that were exact before it. SPEC.md:
-  what a backend cannot do is N/A with the reason, never a silent pass.
+- N/A: every rank raised, and each exception declares a gap (``NotImplementedError``, or
+  a message saying the operation, op or dtype is not supported): the reason quotes each
+  distinct one with its rank and item, and the items that were exact before. Where the
+  ranks raised is not compared: in a ``-split`` case each group names its own roots, and
+  the same decline must be N/A there as in its twin. SPEC.md: what a backend cannot do is
+  N/A with the reason, never a silent pass.
 - ERROR: any other exception, or a refusal on some ranks only (their peers then waited
-  for them: a backend must refuse the same call on every rank).
+  for them: a backend must refuse the same call on every rank). The reason names every
+  rank whose exception differs, each distinct one once, and every rank's traceback is kept.
 - TIMEOUT, CRASH: as for scenarios (the flight recorder names a desync within seconds).
 """
 from __future__ import annotations
@@ -59,22 +62,30 @@ def judge_collective(case: CollectiveCase, result: Result, outcome: Outcome,
     if not raised:
         result.verdict = Verdict.PASS
         return result
-    rank, first = min(raised.items())
-    said = f"{first.error_type}: {_first_line(first.error)}"
-    same_item = len({rep.raised_at for rep in raised.values()}) == 1
-    if len(raised) == len(reports) and same_item and \
+    said = _distinct(raised)
+    if len(raised) == len(reports) and \
             all(declines(rep.error_type, rep.error) for rep in raised.values()):
-        exact = first.exact
+        exact = raised[min(raised)].exact
         result.verdict = Verdict.NA
-        result.reason = (f"the backend declines {case.title()} at {first.raised_at}: {said}"
+        result.reason = (f"the backend declines {case.title()}: {said}"
                          + (f" (exact before it: {', '.join(exact)})" if exact else ""))
         return result
     result.verdict = Verdict.ERROR
     others = sorted(set(reports) - set(raised))
-    result.reason = f"rank {rank} raised at {first.raised_at}: {said}" + (
-        f"; rank(s) {', '.join(map(str, others))} did not" if others else "")
+    result.reason = said + (f"; rank(s) {', '.join(map(str, others))} did not" if others else "")
     result.tracebacks = {r: rep.traceback for r, rep in raised.items()}
     return result
+
+
+def _distinct(raised: dict[int, RankReport]) -> str:
+    """The lowest rank's "rank 0 raised at <item>: <exception>", then the same for every
+    other rank whose exception differs from those already named (items are left out of the comparison:
+    in a split group, the same call has another root's name on each side)."""
+    named: dict[str, tuple[int, str]] = {}
+    for rank, rep in sorted(raised.items()):
+        named.setdefault(f"{rep.error_type}: {_first_line(rep.error)}", (rank, rep.raised_at))
+    return "; ".join(f"rank {rank} raised at {item}: {said}"
+                     for said, (rank, item) in named.items())
 
 
 def _first_line(text: str) -> str:

@@ -59,6 +59,11 @@ class Adapter(ABC):
     def no_sync(self) -> ContextManager[None]:
         raise NotImplementedError("no_sync")
 
+    def backward_retaining(self, loss: Tensor) -> None:
+        """A backward that keeps the graph for another backward of the same loss
+        (``loss.backward(retain_graph=True)``): the ``retain_graph`` capability."""
+        raise NotImplementedError("backward_retaining")
+
     def join(self, **join_kwargs: Any) -> ContextManager[None]:
         raise NotImplementedError("join")
 

@@ -31,6 +31,9 @@ class Capability(str, enum.Enum):
     UPDATE_PROCESS_GROUP = "update_process_group"
     #: The wrapper pickles (``copy.deepcopy``, ``pickle``, ``torch.save``) and the copy trains.
     PICKLE = "pickle"
+    #: ``backward_retaining(loss)``: a backward that keeps the graph for another one
+    #: (``loss.backward(retain_graph=True)``).
+    RETAIN_GRAPH = "retain_graph"
 
     @staticmethod
     def option(name: str) -> str:
@@ -65,9 +68,10 @@ class Capabilities(frozenset[str]):
 
     ``notes`` maps a capability the candidate does *not* have to a short explanation, which
     the N/A reason quotes: "candidate lacks comm_hook (its register_comm_hook takes (hook),
-    not torch's (state, hook))". It is a plain ``frozenset`` otherwise (equality and hashing
-    ignore the notes), so an adapter's or a candidate's ``capabilities`` may be either;
-    the union keeps the notes of both sides (the left one's win).
+    not torch's (state, hook))"; on a capability it has, how it has it (an option "taken
+    only through **kwargs": ``contract.ddp_like.THROUGH_KWARGS``). It is a plain
+    ``frozenset`` otherwise (equality and hashing ignore the notes), so an adapter's or a
+    candidate's ``capabilities`` may be either; the union keeps the notes of both sides (the left one's win).
     """
 
     notes: Mapping[str, str]

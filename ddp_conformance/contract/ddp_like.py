@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
@@ -42,6 +42,9 @@ class DDPLikeAdapter(WrappedModuleAdapter):
 
     def no_sync(self) -> ContextManager[None]:
         return self.ddp.no_sync()  # type: ignore[operator]
+
+    def backward_retaining(self, loss: torch.Tensor) -> None:
+        loss.backward(retain_graph=True)
 
     def join(self, **join_kwargs: Any) -> ContextManager[None]:
         """Join over the DDP module and, when it is joinable, the optimizer (ZeRO); the
@@ -89,8 +92,9 @@ def _instance_capabilities(obj: Any) -> Capabilities:
     """The features ``obj`` (a DDP-like instance, or its class) has, with a note for a
     ``register_comm_hook`` that does not take torch's ``(state, hook)``. Pickling is
     claimed for every DDP-like module (an ``nn.Module`` pickles; torch's DDP defines
-    ``__getstate__``/``__setstate__`` for it), and judged by the copy scenarios."""
-    caps: set[str] = {Capability.PICKLE.value}
+    ``__getstate__``/``__setstate__`` for it), and judged by the copy scenarios; so is a
+    backward that retains the graph (a DDP-like module trains by ``loss.backward()``)."""
+    caps: set[str] = {Capability.PICKLE.value, Capability.RETAIN_GRAPH.value}
     notes: dict[str, str] = {}
     if callable(getattr(obj, "no_sync", None)):
         # Composer's strategies need only no_sync (forced_sync reduces by hand).
@@ -134,15 +138,44 @@ def _other_signature(method: Any) -> str | None:
     return None
 
 
-def _accepted_options(factory: Callable[..., Any]) -> tuple[frozenset[str], bool]:
-    """Constructor keywords ``factory`` accepts, and whether it takes ``device_ids``."""
+#: The note on an option granted only because the factory takes ``**kwargs``.
+THROUGH_KWARGS = "taken only through **kwargs"
+
+
+def _accepted_options(factory: Callable[..., Any]) -> tuple[Capabilities, bool]:
+    """Constructor keywords ``factory`` accepts, and whether it takes ``device_ids``.
+
+    A factory that takes ``**kwargs`` is granted every option it does not name (a wrapper
+    forwarding them to torch's DDP is common), each with the note :data:`THROUGH_KWARGS`,
+    so that a verdict it causes can say the option may have been swallowed
+    (:func:`kwargs_only_options`)."""
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
-        return frozenset(Capability.option(o) for o in DDP_OPTIONS), True
+        return Capabilities(Capability.option(o) for o in DDP_OPTIONS), True
+    named = [o for o in DDP_OPTIONS if o in params]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return frozenset(Capability.option(o) for o in DDP_OPTIONS), True
-    return frozenset(Capability.option(o) for o in DDP_OPTIONS if o in params), "device_ids" in params
+        swallowed = [o for o in DDP_OPTIONS if o not in params]
+        return Capabilities((Capability.option(o) for o in DDP_OPTIONS),
+                            {Capability.option(o): THROUGH_KWARGS for o in swallowed}), True
+    return Capabilities(Capability.option(o) for o in named), "device_ids" in params
+
+
+def kwargs_only_options(capabilities: frozenset[str], options: Iterable[str]) -> list[str]:
+    """Those of ``options`` (constructor keywords a scenario gives) that ``capabilities``
+    grant only because the candidate takes ``**kwargs``: it may swallow them."""
+    notes = getattr(capabilities, "notes", None) or {}
+    return [o for o in options if notes.get(Capability.option(o)) == THROUGH_KWARGS]
+
+
+def kwargs_only_remark(capabilities: frozenset[str], options: Iterable[str]) -> str:
+    """The words a verdict adds where the scenario's options were taken only through
+    ``**kwargs`` ('' for none)."""
+    swallowed = kwargs_only_options(capabilities, options)
+    if not swallowed:
+        return ""
+    return (f"option{'s' if len(swallowed) > 1 else ''} {', '.join(swallowed)} "
+            f"{'were' if len(swallowed) > 1 else 'was'} {THROUGH_KWARGS}")
 
 
 def ddp_like_candidate(name: str, factory: Callable[..., nn.Module], version: str = "",

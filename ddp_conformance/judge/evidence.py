@@ -125,7 +125,7 @@ class Evidence:
             self.fail(check, f"step {step}, rank {rank}: names {sorted(set(actual) ^ set(expected))}"
                              f" present on one side only (against {against})", step, rank)
         for name in expected.keys() & actual.keys():
-            rtol = policy.rtol(expected[name].dtype)
+            rtol = policy.rtol(expected[name].dtype, step)
             self.compare(check, step, rank, name, actual[name], expected[name], rtol, against)
 
 

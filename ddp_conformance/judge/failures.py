@@ -1,9 +1,9 @@
 """Verdicts of jobs that did not end with every rank done: CRASH, ERROR, TIMEOUT.
 
 SPEC.md, "Verdicts and exit codes": a CRASH names the rank and its exit code or signal; an
-ERROR the rank that raised first (not a peer released by its failure) and its exception
-line; a TIMEOUT where every stuck rank is (its innermost frame, and the innermost one in
-the candidate's own code), or, when the ranks' collective streams can never match again,
+ERROR the ranks that raised (not a peer released by a failure), each distinct exception
+line once; a TIMEOUT where every stuck rank is (its innermost frame, and the innermost one
+in the candidate's own code), or, when the ranks' collective streams can never match again,
 the desync: who waits in what, where the streams first differ, and the streams side by side.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.ranks.outcome import Outcome, describe_exit
 from ddp_conformance.ranks.stacks import innermost_frame
 
-__all__ = ["failed_run", "innermost_frame", "last_line"]
+__all__ = ["failed_run", "innermost_frame", "last_line", "raised_line"]
 
 
 def failed_run(result: Result, out: Outcome, timeout_s: float) -> Result:
@@ -23,8 +23,7 @@ def failed_run(result: Result, out: Outcome, timeout_s: float) -> Result:
     elif out.status == "raised":
         primary = {r: tb for r, tb in out.tracebacks.items() if r not in out.released} \
             or out.tracebacks
-        rank = min(primary)
-        result.verdict, result.reason = Verdict.ERROR, f"rank {rank} raised {last_line(primary[rank])}"
+        result.verdict, result.reason = Verdict.ERROR, raised_line(primary)
     elif out.desync is not None:
         result.verdict = Verdict.TIMEOUT
         result.reason = f"{out.desync.summary} (diagnosed after {out.elapsed_s:.1f}s)"
@@ -44,6 +43,15 @@ def failed_run(result: Result, out: Outcome, timeout_s: float) -> Result:
         result.stacks[rank] = f"(process died; end of its output)\n{log}" + (
             f"\n(its Python stacks at the fatal signal)\n{fatal}" if fatal else "")
     return result
+
+
+def raised_line(tracebacks: dict[int, str]) -> str:
+    """The ERROR line: "rank 0 raised X" for the lowest rank, then "; rank 1 raised Y" for
+    every other rank whose exception line differs from those already named."""
+    named: dict[str, int] = {}
+    for rank in sorted(tracebacks):
+        named.setdefault(last_line(tracebacks[rank]), rank)
+    return "; ".join(f"rank {rank} raised {line}" for line, rank in named.items())
 
 
 def last_line(text: str) -> str:

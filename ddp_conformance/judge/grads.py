@@ -32,5 +32,5 @@ def check_grads(ev: Evidence, prefix: str, step: int, rank: int,
                     f"{state}, {against}'s is {'None' if want is None else 'a tensor'}",
                     step, rank, name)
         elif got is not None and want is not None:
-            ev.compare(f"{prefix}.grad", step, rank, name, got, want, policy.rtol(want.dtype),
+            ev.compare(f"{prefix}.grad", step, rank, name, got, want, policy.rtol(want.dtype, step),
                        against, scales.get(name, 0.0))

@@ -19,6 +19,9 @@ models this is the same as the concatenated global batch.
 - buffers are simulated per rank: with ``broadcast_buffers``, a forward that follows a
   synced forward starts from rank 0's buffers (the highest active rank's under Join), as
   DDP's pre-forward broadcast makes it (see ``procedure.broadcasts``);
+- several backwards of one loss (``Scenario.backwards``, ``retain_graph``): the passes'
+  local gradients add up before the reduction; a forward raised inside ``no_sync``
+  (``Scenario.raise_in_no_sync``) contributes nothing;
 - the procedure's extra forwards: several forwards summed into one backward, an eval
   forward under ``no_grad`` between steps, autocast, per-rank batch sizes, and the
   forward RNG seeded per (rank, step, microbatch) as the ranks seed it (dropout).
@@ -34,6 +37,7 @@ from torch import Tensor
 
 from ddp_conformance.catalog.models import get_model
 from ddp_conformance.catalog.procedure import (
+    backward_passes,
     batch,
     broadcasts,
     build_module,
@@ -198,7 +202,8 @@ def _run_oracle(scenario: Scenario, ranks: list[int], device: torch.device) -> O
                 if mb < 0:
                     continue
                 model.zero_grad(set_to_none=True)
-                loss.backward()
+                backward_passes(scenario, loss, lambda t: t.backward(),
+                                lambda t: t.backward(retain_graph=True))
                 for name, p in params.items():
                     if p.grad is not None:
                         produced.add(name)

@@ -27,7 +27,8 @@ class Context:
 
     ``reference``: the reference DDP's records of the same group (None: not compared);
     ``strict``: the strict profile (torch, the reference, ``--strict-profile``: torch's
-    bucket layout and wire dtypes); ``trace``: the records carry a collective trace.
+    bucket layout and wire dtypes); ``trace``: the records carry a collective trace;
+    ``strict_messages``: a refusal must match torch's message (``--strict-messages``).
     """
 
     scenario: Scenario
@@ -37,6 +38,7 @@ class Context:
     strict: bool
     trace: bool
     evidence: Evidence
+    strict_messages: bool = False
 
     @property
     def policy(self) -> Policy:

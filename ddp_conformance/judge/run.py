@@ -10,12 +10,14 @@ from ddp_conformance.ranks.records import RankRecord
 
 def judge_group(evidence: Evidence, scenario: Scenario, records: dict[int, RankRecord],
                 oracle: OracleRecord, reference: dict[int, RankRecord] | None, *,
-                strict: bool, trace: bool) -> None:
+                strict: bool, trace: bool, strict_messages: bool = False) -> None:
     """Run every registered check (:mod:`ddp_conformance.judge.checks`) on the records of
     one DDP group, adding to ``evidence``.
 
     ``reference``: the reference DDP's records of the same group (None: not compared);
     ``strict``: hold the candidate to torch's bucket layout and wire dtypes; ``trace``: the
-    records carry a collective trace to check.
+    records carry a collective trace to check; ``strict_messages``: a refusal must carry
+    torch's message (``--strict-messages``).
     """
-    run_checks(Context(scenario, records, oracle, reference, strict, trace, evidence))
+    run_checks(Context(scenario, records, oracle, reference, strict, trace, evidence,
+                       strict_messages))

@@ -52,8 +52,16 @@ Why these ``rtol`` values (u is the unit roundoff of the dtype):
   tolerance. The finite elements are then compared as usual, and the tolerance's scale
   is taken over finite values only.
 - Exact-valued scenarios (dyadic data, every sum exact in any order) demand 0: bitwise.
-- A model mixing dtypes uses its loosest dtype's rtol for every tensor (``Policy.floor``):
-  its float64 layers are fed by float32 ones and carry their rounding.
+- A model mixing dtypes (float32 and float64 layers): at step 0 every tensor takes its
+  own dtype's rtol. Until the first update the ranks' and the oracle's parameters are the
+  same, so their local gradients agree bitwise (argued above), float32 ones included,
+  and a float64 gradient differs only by its float64 reduction ((W - 1) u + u, u =
+  2**-53: float64's 1e-12); its parameter after the first update by that, through a
+  float64 update of its own. From step 1 on, the float32 layers' parameters differ by
+  float32 rounding (~1e-7 relative at W >= 3, where the order of the reduction differs),
+  and the float64 layers they feed carry it: every tensor then takes the model's loosest
+  dtype's rtol (``Policy.floor``). So a float64 gradient that travelled through float32
+  (2**-24 = 6e-8 relative, 6e4 times float64's bound) fails at step 0.
 """
 from __future__ import annotations
 
@@ -91,15 +99,19 @@ class Policy:
 
     exact: bool = False
     override: float | None = None
-    #: The loosest rtol of the model's parameter dtypes: in a mixed-precision model a
-    #: float64 tensor is computed from float32 ones, and carries their rounding.
+    #: The loosest rtol of the model's parameter dtypes: from step 1 on, a mixed-dtype
+    #: model's float64 tensors are computed from float32 ones and carry their rounding.
     floor: float = 0.0
 
-    def rtol(self, dtype: torch.dtype) -> float:
+    def rtol(self, dtype: torch.dtype, step: int | None = None) -> float:
+        """The rtol of a ``dtype`` tensor compared at ``step`` (None: any step): the
+        dtype's own at step 0, raised to :attr:`floor` later (module docstring)."""
         if self.exact or not (dtype.is_floating_point or dtype.is_complex):
             return 0.0
-        return self.override if self.override is not None else max(rtol_for(dtype, False),
-                                                                  self.floor)
+        if self.override is not None:
+            return self.override
+        own = rtol_for(dtype, False)
+        return own if step == 0 else max(own, self.floor)
 
     @classmethod
     def for_model(cls, exact: bool, override: float | None, dtypes: frozenset[str]) -> Policy:

@@ -8,6 +8,7 @@ signal), N/A (a capability is missing), XFAIL / XPASS (the owner's expectations 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -120,12 +121,32 @@ class Result:
         return f"{self.scenario}[{self.candidate}]"
 
     def summary_line(self) -> str:
-        """One line saying why: the reason, or the first failure's message."""
-        if self.failures:
-            return self.failures[0].message
-        return self.reason
+        """One line saying why: the reason, or the first failure's message followed by the
+        first message of every other rank whose failure of that check differs (more than
+        in its numbers: the same failure with other figures is not repeated)."""
+        if not self.failures:
+            return self.reason
+        first = self.failures[0]
+        messages, seen = [first.message], {first.rank, None}
+        shapes = {_shape(first.message)}
+        for failure in self.failures[1:]:
+            if failure.check != first.check or failure.rank in seen:
+                continue
+            seen.add(failure.rank)
+            if _shape(failure.message) not in shapes:
+                shapes.add(_shape(failure.message))
+                messages.append(failure.message)
+        return "; ".join(messages)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdict"] = self.verdict.value
         return data
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _shape(message: str) -> str:
+    """A failure message with its numbers (ranks, steps, figures) left out."""
+    return _NUMBER.sub("#", message)

@@ -17,12 +17,14 @@ import torch
 from ddp_conformance.catalog.ddp_options import materialize
 from ddp_conformance.catalog.models import get_model
 from ddp_conformance.catalog.procedure import (
+    backward_passes,
     batch,
     build_module,
     forward_context,
     make_buffer_hook,
     make_comm_hook,
     make_optimizer,
+    raise_in_no_sync,
     seed_forward,
     synced,
 )
@@ -238,6 +240,12 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
         TRACER.phase("zero_grad", step)
         clock.enter("steps")
         adapter.zero_grad(scenario.zero_grad_set_to_none)
+        if scenario.raise_in_no_sync:  # a forward that raises inside no_sync, caught
+            TRACER.phase("forward", step, 0)
+            mark = len(at_forward)
+            raise_in_no_sync(scenario, adapter.no_sync, adapter.forward, rank, step,
+                             world_size, device)
+            del at_forward[mark:]  # the raised forward is none of the step's forwards
         # NESTED_NO_SYNC: one no_sync() around all but the last microbatch, and a second,
         # nested one around every other microbatch inside it.
         outer = contextlib.ExitStack()
@@ -261,7 +269,7 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
                         out = adapter.forward(*inputs)
                     loss = loss + spec.loss(out, target)
                 TRACER.phase("backward", step, mb)
-                adapter.backward(loss)
+                backward_passes(scenario, loss, adapter.backward, adapter.backward_retaining)
                 if scenario.barrier_after_backward:
                     import torch.distributed as dist
 

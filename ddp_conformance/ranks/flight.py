@@ -4,7 +4,7 @@ collectives per rank, for the same purpose: to say who waits in what when a job 
 
 Rank side, :class:`FlightRecorder` appends one short line per event to a file of the
 rank process's own (``O_APPEND``: one ``write`` per line, so lines from the rank's main
-thread and from the backend's threads, where completions are stamped, never interleave)::
+thread and from the poller's thread, where completions are stamped, never interleave)::
 
     G <group> <rank,rank,...>                                  a traced group exists
     L <id> <group> <seq> <kind> <dtype> <numel> <stage> <step> <microbatch>   launched
@@ -16,18 +16,133 @@ must issue the same collective at the same ``seq`` (Gloo pairs them by that orde
 Parent side, :class:`FlightLog` reads what a rank appended since the job began into a
 :class:`RankFlight`: per group, the collectives in ``seq`` order, and which are pending.
 The diagnosis of a hang from them is :mod:`ddp_conformance.ranks.desync`.
+
+Completion is observed without touching the work beyond the query the candidate could make
+itself: :class:`CompletionPoller` asks ``work.is_completed()`` on a thread of its own, more
+rarely the longer a work runs. The recorder never calls ``work.get_future()``: a backend
+whose works have no future, or for which asking for one has side effects (torchft's
+``ProcessGroupBabyGloo`` loses its worker process), behaves as it does untraced.
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from torch.distributed import Work
 
 #: Point-to-point operations pair by tag, not by a group's order: never judged by ``seq``.
 POINT_TO_POINT = frozenset({"send", "recv"})
 #: Collectives whose element count may differ across ranks (uneven splits).
 UNEVEN = frozenset({"alltoall", "alltoall_base"})
+
+
+@dataclass
+class _Watched:
+    work: Any
+    on_done: Callable[[float, bool], None]
+    started: float
+    due: float
+    floor_s: float
+    cap_s: float
+
+
+class CompletionPoller:
+    """Says when works complete, by polling ``work.is_completed()`` on one daemon thread.
+
+    A work running for ``age`` seconds is asked again after ``age / 4``, within
+    ``[floor_s, cap_s]`` (the caller's): a collective that completes at once is seen within
+    ``floor_s``, one that waits for a peer costs a query every ``cap_s`` at most. The
+    completion time passed to ``on_done`` is when the poll saw it (``time.perf_counter()``,
+    late by at most the interval). ``on_done(when, error)`` runs on the poller's thread (or
+    on the caller's, when the work is already complete); ``error``: ``is_completed`` raised.
+    """
+
+    def __init__(self) -> None:
+        self._watched: list[_Watched] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, work: Any, on_done: Callable[[float, bool], None], floor_s: float = 0.0005,
+              cap_s: float = 0.02) -> bool:
+        """Call ``on_done`` once ``work`` completes. False (and nothing watched) when the
+        work cannot say (:func:`can_say`)."""
+        if not can_say(work):
+            return False
+        done, error = _query(work)
+        if done:
+            on_done(time.perf_counter(), error)
+            return True
+        now = time.monotonic()
+        with self._cond:
+            self._watched.append(_Watched(work, on_done, now, now + floor_s, floor_s, cap_s))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ddp-completions",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return True
+
+    def watching(self) -> int:
+        """How many works are still being polled."""
+        with self._cond:
+            return len(self._watched)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._watched:
+                    self._cond.wait()
+                now = time.monotonic()
+                wait_s = min(w.due for w in self._watched) - now
+                if wait_s > 0:
+                    self._cond.wait(wait_s)
+                    continue
+            self._poll(now)  # its locals, the works among them, go when it returns
+
+    def _poll(self, now: float) -> None:
+        with self._cond:
+            due = [w for w in self._watched if w.due <= now]
+        finished = []
+        for w in due:
+            done, error = _query(w.work)
+            if done:
+                finished.append((w, error))
+            else:
+                w.due = now + min(max((now - w.started) / 4, w.floor_s), w.cap_s)
+        if not finished:
+            return
+        with self._cond:
+            gone = {id(w) for w, _ in finished}
+            self._watched = [w for w in self._watched if id(w) not in gone]
+        stamp = time.perf_counter()
+        for w, error in finished:
+            w.on_done(stamp, error)
+
+
+def can_say(work: Any) -> bool:
+    """Whether ``work.is_completed()`` can ever answer True: not for ``None`` or an object
+    without it, nor for a Python subclass of c10d's ``Work`` that does not answer it itself
+    (c10d's own answer for such a work, which only overrides ``wait``, is False forever)."""
+    method = getattr(type(work), "is_completed", None)
+    if not callable(method):
+        return False
+    return not (isinstance(work, Work) and type(work) is not Work and method is Work.is_completed)
+
+
+def _query(work: Any) -> tuple[bool, bool]:
+    """(completed, with an error): ``is_completed()``; a raise counts as both."""
+    try:
+        return bool(work.is_completed()), False
+    except Exception:  # noqa: BLE001 - the work failed: completed with an error
+        return True, True
+
+
+#: The process's poller (the flight recorder's and the tracer's completion times).
+POLLER = CompletionPoller()
 
 
 class FlightRecorder:
@@ -51,10 +166,11 @@ class FlightRecorder:
 
     def launched(self, group: str, seq: int, kind: str, dtype: str, numel: int, stage: str,
                  step: int, microbatch: int, work: Any) -> None:
-        """Log a collective just launched, and stamp its completion when ``work`` completes.
+        """Log a collective just launched, and its completion once :data:`POLLER` sees
+        ``work.is_completed()`` (an error: ``is_completed`` raised).
 
-        A work without a future is logged as completed at once: the recorder never claims a
-        rank waits where it cannot see the end of the wait.
+        A work that cannot say (``None``, no ``is_completed``) is logged as completed at
+        once: the recorder never claims a rank waits where it cannot see the end of the wait.
         """
         with self._lock:
             ident = self._next_id
@@ -62,21 +178,8 @@ class FlightRecorder:
             self._pending.add(ident)
         self._write(f"L {ident} {group} {seq} {kind} {dtype} {numel} {stage} {step} "
                     f"{microbatch}\n")
-        try:
-            future = work.get_future()
-        except (RuntimeError, AttributeError):
+        if not POLLER.watch(work, lambda _when, error: self._completed(ident, error)):
             self._completed(ident, False)
-            return
-
-        def done(fut: Any) -> None:
-            error = False
-            try:
-                fut.value()
-            except Exception:  # noqa: BLE001 - the work failed: completed with an error
-                error = True
-            self._completed(ident, error)
-
-        future.add_done_callback(done)
 
     def _completed(self, ident: int, error: bool) -> None:
         with self._lock:

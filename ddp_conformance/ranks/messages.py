@@ -16,6 +16,7 @@ from typing import Any
 
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.ranks.communicator import CommState
+from ddp_conformance.ranks.leaks import Hygiene
 
 #: Exceptions a rank raises only because a peer failed first (Gloo reports the closed pair).
 RELEASED_MARKERS = ("Connection closed by peer", "Connection reset by peer",
@@ -83,6 +84,8 @@ class Done:
     result: Any
     #: The default group's state after the job (for a job that named a communicator).
     communicator: CommState | None = None
+    #: What the job left in the rank (ranks/hygiene.py); ``retire``: the rank then leaves.
+    hygiene: Hygiene = Hygiene()
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ class Raised:
     traceback: str
     #: The rank cleaned up and stays in the pool (else it exits after this answer).
     stays: bool = False
+    #: What the job left in the rank (ranks/hygiene.py), when it stays.
+    hygiene: Hygiene = Hygiene()
 
     @property
     def released(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ddp_conformance.ranks.communicator import CommState
 from ddp_conformance.ranks.desync import Desync
+from ddp_conformance.ranks.leaks import Hygiene
 from ddp_conformance.ranks.messages import Answer, Done
 
 
@@ -37,10 +38,14 @@ class Outcome:
     #: Each rank's default group after the job, where it reported one (Done answers of a
     #: job that named a communicator).
     communicators: dict[int, CommState] = field(default_factory=dict)
+    #: What the job left in each rank that found anything (ranks/hygiene.py).
+    hygiene: dict[int, Hygiene] = field(default_factory=dict)
 
     def record(self, answer: Answer) -> bool:
         """Keep one rank's answer; True when the rank itself failed (a traceback that is
         not only the echo of a peer's failure)."""
+        if answer.hygiene:
+            self.hygiene[answer.rank] = answer.hygiene
         if isinstance(answer, Done):
             self.results[answer.rank] = answer.result
             if answer.communicator is not None:

@@ -33,6 +33,12 @@ Ranks that ended are replaced before the next job. After the first replacement t
 keeps a **spare** process per rank, started in the background while cases run (at most one
 spare per rank: one spare pool), so a later replacement is a hand-over, not a start. A run
 without faults never starts a spare. :meth:`RankPool.close` ends active and spare ranks.
+
+A rank retires itself after a job that left what cannot be put back
+(:mod:`ddp_conformance.ranks.hygiene`): it answers, then exits, and is replaced like any
+rank that left. Every process a job starts is ended: by its rank after the job
+(:mod:`ddp_conformance.ranks.orphans`), or, for a rank the pool had to end, by the pool,
+through the marker in every rank's environment; once more at :meth:`RankPool.close`.
 """
 from __future__ import annotations
 
@@ -54,6 +60,7 @@ from ddp_conformance.errors import PoolError
 from ddp_conformance.ranks.communicator import Generations
 from ddp_conformance.ranks.desync import mismatch
 from ddp_conformance.ranks.flight import FlightLog
+from ddp_conformance.ranks.leaks import Hygiene
 from ddp_conformance.ranks.messages import (
     Done,
     Exit,
@@ -66,6 +73,7 @@ from ddp_conformance.ranks.messages import (
     receive,
     send,
 )
+from ddp_conformance.ranks.orphans import end_marked, marker_env
 from ddp_conformance.ranks.outcome import Outcome, describe_exit, describe_outcome
 from ddp_conformance.ranks.warmup import warm_up
 from ddp_conformance.ranks.watch import POLL_S, JobWatch
@@ -134,6 +142,8 @@ class RankPool:
         #: Rank processes started (spares included), and replacements taken from a spare.
         self.spawned = 0
         self.handovers = 0
+        #: Processes started by jobs that the pool itself ended (their rank could not).
+        self.ended: list[str] = []
         self._active: list[_Rank | None] = []
         self._spares: list[_Rank | None] = []
         self._spares_wanted = False
@@ -181,9 +191,9 @@ class RankPool:
                *(["--preload", ",".join(self.preload)] if self.preload else [])]
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                cmd, env=self._worker_env(), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, pass_fds=(child_sock.fileno(),),
-                start_new_session=True)
+                cmd, env={**self._worker_env(), **marker_env(self._marker(serial))},
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(child_sock.fileno(),), start_new_session=True)
         child_sock.close()
         return _Rank(rank, serial, proc, Connection(parent_sock.detach()), log_path,
                      stack_path, FlightLog(flight_path))
@@ -256,6 +266,11 @@ class RankPool:
             env["GLOO_SOCKET_IFNAME"] = "lo"  # Gloo's own connections stay on loopback
         return env
 
+    def _marker(self, serial: int | None = None) -> str:
+        """The environment marker of rank process ``serial`` (of every rank: None)."""
+        assert self._tmp is not None
+        return f"{os.path.basename(self._tmp)}:" + (f"{serial}:" if serial is not None else "")
+
     def _path(self, name: str) -> str:
         assert self._tmp is not None
         return os.path.join(self._tmp, name)
@@ -268,14 +283,17 @@ class RankPool:
         self._active, self._spares, self._store = [], [], None
         self._spares_wanted = False
         if self._tmp:
+            self.ended += end_marked(self._marker())  # what no rank could end: the run's end
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
-    @staticmethod
-    def _end(ranks: list[_Rank], polite: bool = False) -> None:
+    def _end(self, ranks: list[_Rank], polite: bool = False) -> list[str]:
         """End ``ranks``: ask them to exit (idle ones do at once), then kill what is left.
         A process never handed over (a spare, maybe still starting: it would read the
-        request only once started) is killed at once: it holds nothing."""
+        request only once started) is killed at once: it holds nothing. A rank that was
+        killed could not end what its jobs started: those are ended here by their marker
+        (described in the list returned, and kept in :attr:`ended`)."""
+        killed: list[_Rank] = []
         for r in ranks:
             if polite and r.alive() and r.ready:
                 try:
@@ -284,6 +302,7 @@ class RankPool:
                     pass
             elif r.alive():
                 r.proc.kill()
+                killed.append(r)
         deadline = time.monotonic() + 2.0
         for r in ranks:
             try:
@@ -291,7 +310,11 @@ class RankPool:
             except subprocess.TimeoutExpired:
                 r.proc.kill()
                 r.proc.wait()
+                killed.append(r)
             r.conn.close()
+        ended = [e for r in killed if self._tmp for e in end_marked(self._marker(r.serial))]
+        self.ended += ended
+        return ended
 
     def __enter__(self) -> RankPool:
         return self
@@ -363,6 +386,8 @@ class RankPool:
                 failed_here = out.record(answer)
                 if isinstance(answer, Done):
                     gone[r.rank] = "finished the job"
+                    if answer.hygiene.retire:
+                        _reap(r)  # it leaves the pool after answering
                     continue
                 assert isinstance(answer, Raised), answer
                 gone[r.rank] = "raised" if answer.stays else "raised and left"
@@ -417,7 +442,9 @@ class RankPool:
                     out.stacks[rank] = fatal
         # Stuck ranks cannot be recovered (they wait in C++): end them; the next job
         # replaces them and every other rank that left.
-        self._end([ranks[i] for i in pending])
+        ended = self._end([ranks[i] for i in pending])
+        if ended:  # the pool ended them: charged to the job, with the ranks' own findings
+            out.hygiene[min(pending)] = Hygiene(ended=tuple(ended))
         self._await_released([ranks[i] for i in releasing])
         return out
 

@@ -30,6 +30,11 @@ class GroupReaper:
         self._queue: queue.Queue[tuple[list[Any], bool]] = queue.Queue()
         self._thread: threading.Thread | None = None
 
+    @property
+    def ident(self) -> int | None:
+        """The thread's ident, None before the first :meth:`retire` starts it."""
+        return self._thread.ident if self._thread is not None else None
+
     def retire(self, groups: list[Any], shut_down: bool = False) -> None:
         """Take ``groups`` (the caller keeps no reference; Nones are skipped) and destroy
         them in the background; ``shut_down``: call their ``shutdown()`` first, as

@@ -179,6 +179,10 @@ class RankRuntime:
         self._retired_groups = alive
         return not alive
 
+    def reaper_thread(self) -> int | None:
+        """The ident of the thread that destroys groups (the harness's, not a job's)."""
+        return self._reaper.ident
+
     def close(self) -> bool:
         """Before the process exits: wait for the groups being destroyed in the background
         (a process that exits while a destructor runs on another thread aborts in C++).

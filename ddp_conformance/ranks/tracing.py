@@ -7,9 +7,9 @@ or from C++ (torch's DDP reducer, its bucket rebuild broadcast). It wraps either
 
 - a backend object: the rank's process groups are created with a registered backend
   ``traced_<backend>`` (:func:`traced_backend`) whose groups are tracing groups over a
-  fresh ``ProcessGroupGloo``/``ProcessGroupNCCL``, logging into the process-wide
-  :data:`TRACER` that the conformance checks read, on the default group and on every
-  subgroup; or
+  fresh ``ProcessGroupGloo``/``ProcessGroupNCCL`` (or what a custom backend's creator
+  returns), logging into the process-wide :data:`TRACER` that the conformance checks
+  read, on the default group and on every subgroup; or
 - an existing ``ProcessGroup`` (``dist.new_group(backend="gloo")``, the default group):
   what the bench and the reference DDP's tests do, each with a :class:`Tracer` of its own.
 
@@ -17,7 +17,18 @@ Each call is logged as a :class:`Collective` (kind, dtype, element count, bytes,
 size, launch time) with the phase the tracer was in (step, microbatch, stage), so the
 checks can say "rank 1, step 2, backward: an allreduce of 310 float32 elements that rank
 0 never issued"; with ``Tracer.completions`` on, also when the collective completed
-(stamped in the work's future callback), for the bench's overlap figures.
+(polled, see :meth:`Tracer.watch`), for the bench's overlap figures.
+
+**The candidate cannot see the trace.** Every public query answers what it would without
+the harness: torch's world maps record each traced group under the real backend's name
+(``dist.get_backend``, ``dist.get_backend_config``; see :func:`_install`, which also makes
+``new_group()`` with or without ``backend=`` trace its group), and the group answers
+``name()``, ``_get_backend_name()``, ``rank()`` and ``size()`` as ``inner`` does, C++ and
+Python alike; its device types and ``_get_backend(device)`` are ``inner``'s. Nothing is
+asked of a work the candidate did not ask (no ``get_future()``: completion is polled).
+What still shows: ``type(group)`` is this class (an ``isinstance`` check against the
+backend's own class fails), and groups a candidate builds itself (``split_group``, a
+``ProcessGroup`` over a backend object it made) are untraced, as before.
 
 A group created through :func:`traced_backend` also knows its id and global ranks (the
 same on every rank) and numbers its collectives; with ``Tracer.flight`` set (the pool's
@@ -33,11 +44,17 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 from torch._C._distributed_c10d import Backend as C10dBackend
 
 from ddp_conformance.contract.backend import capability
 from ddp_conformance.ranks.communicator import COMMUNICATORS, CommState
-from ddp_conformance.ranks.flight import FlightRecorder
+from ddp_conformance.ranks.extents import reduced_extents
+from ddp_conformance.ranks.flight import POLLER, FlightRecorder
+
+#: How finely ``Tracer.completions`` stamps completion times (see :meth:`Tracer.watch`).
+COMPLETION_FLOOR_S = 0.00005
+COMPLETION_CAP_S = 0.002
 
 #: Stages the engine marks; collectives in ``record`` come from the harness reading state;
 #: ``eval`` is the forward under ``no_grad`` between steps (``Scenario.eval_between_steps``).
@@ -60,6 +77,8 @@ class Collective:
     #: the tracer asked for completions; ``None`` until then).
     launched: float = field(default=0.0, compare=False)
     done: float | None = field(default=None, compare=False)
+    #: Which storage bytes a backward reduction summed (``ranks.extents``; empty otherwise).
+    extents: tuple[tuple[int, int, int], ...] = field(default=(), compare=False)
 
     def signature(self) -> tuple[str, str, int, int]:
         """What must match across ranks: kind, dtype, element count, group size."""
@@ -77,8 +96,9 @@ class Collective:
 class Tracer:
     """A trace: the current phase and the collectives logged so far.
 
-    ``completions``: stamp each collective's completion time (a callback on its work's
-    future; costs a callback per collective, so off unless asked for).
+    ``completions``: stamp each collective's completion time (polled through
+    ``work.is_completed()`` by :data:`~ddp_conformance.ranks.flight.POLLER`, never through
+    the work's future; costs a few queries per collective, so off unless asked for).
     """
 
     def __init__(self, completions: bool = False) -> None:
@@ -108,15 +128,14 @@ class Tracer:
         return entry
 
     def watch(self, entry: Collective, work: Any) -> None:
-        """Stamp ``entry.done`` when ``work`` completes (on the backend's thread)."""
-        def done(_: Any) -> None:
-            entry.done = time.perf_counter()
+        """Stamp ``entry.done`` when ``work`` completes (seen by the poller's thread within
+        :data:`COMPLETION_FLOOR_S` of it for a short collective, within a quarter of its
+        duration or :data:`COMPLETION_CAP_S` for a longer one; a work that cannot say, none).
+        """
+        def done(when: float, _error: bool) -> None:
+            entry.done = when
 
-        try:
-            future = work.get_future()
-        except (RuntimeError, AttributeError):  # a work without a future: no completion time
-            return
-        future.add_done_callback(done)
+        POLLER.watch(work, done, COMPLETION_FLOOR_S, COMPLETION_CAP_S)
 
 
 #: The process's trace, read by the conformance checks (groups of :func:`traced_backend`).
@@ -183,6 +202,7 @@ def _traced(name: str) -> Callable[..., Any]:
         tensor, numel = measure(args) if args else (None, 0)
         tracer = self.tracer
         entry = tracer.record(name, tensor, numel, self.size())
+        entry.extents = reduced_extents(tracer, name, args, REDUCING)
         self.seq += 1
         # Not every operation is bound on a backend object (ProcessGroupGloo lacks the
         # coalesced ones): those take the generic c10d path of a plain group over it.
@@ -217,24 +237,39 @@ def device_backends(backend: str) -> tuple[tuple[str, Any], ...]:
     return tuple((device, kind) for device in capability(backend))
 
 
+def cpp_rank_size(group: dist.ProcessGroup | C10dBackend) -> tuple[int, int]:
+    """``group``'s rank and size as C++ holds them: what torch's DDP and every C++ caller
+    read, whatever a Python subclass's own ``rank()``/``size()`` answer (the base class's
+    binding, called on ``group``, bypasses them)."""
+    base: Any = dist.ProcessGroup if isinstance(group, dist.ProcessGroup) else C10dBackend
+    return int(base.rank(group)), int(base.size(group))
+
+
 class TracingProcessGroup(dist.ProcessGroup):
     """A process group that logs every collective into ``tracer`` and forwards it to ``inner``.
 
     ``inner``: a backend object (``ProcessGroupGloo``, ``ProcessGroupNCCL``, a custom
     backend's) or a ``ProcessGroup`` (a Python process group a custom backend creates).
-    ``backend_name``: what ``getBackendName`` answers (default ``traced_<inner's
-    backend>``; a group created through a registered backend must answer the registered
-    name). ``real``: the name ``inner``'s backend is registered under (default: what it
+    ``backend_name``: what ``getBackendName`` (so ``name()`` and ``_get_backend_name()``)
+    answers; default: what ``inner`` answers, as the candidate would see without the
+    harness. ``real``: the name ``inner``'s backend is registered under (default: what it
     calls itself), which says the device types it serves. ``tracer``: default
     :data:`TRACER`. ``group_key`` and ``ranks``: the group's id and global ranks, the same
     on every rank (given by :func:`traced_backend`; without them the group's collectives
     are not streamed to the flight recorder).
+
+    The group is what torch sees of ``inner``: its C++ rank and size are ``inner``'s C++
+    ones (what torch's DDP and every C++ caller read, even where a Python ``rank()`` or
+    ``size()`` of ``inner`` says otherwise), and its Python ``rank()``/``size()`` are
+    ``inner``'s Python ones. It issues nothing on ``inner`` the candidate did not ask for:
+    completion is polled (``is_completed()``), never asked of the work's future.
     """
 
     def __init__(self, inner: dist.ProcessGroup | C10dBackend, backend_name: str | None = None,
                  tracer: Tracer | None = None, group_key: str = "",
                  ranks: Sequence[int] = (), real: str | None = None) -> None:
-        super().__init__(inner.rank(), inner.size())  # type: ignore[call-arg]
+        rank, size = cpp_rank_size(inner)
+        super().__init__(rank, size)  # type: ignore[call-arg]
         self.inner = inner
         self.tracer = TRACER if tracer is None else tracer
         self.group_key = group_key
@@ -248,7 +283,7 @@ class TracingProcessGroup(dist.ProcessGroup):
         if group_key and self.tracer.flight is not None:
             self.tracer.flight.group(group_key, tuple(ranks))
         if isinstance(inner, dist.ProcessGroup):
-            real = real or inner._get_backend_name().removeprefix("traced_")
+            real = real or inner.name()
             #: What serves the operations ``inner`` does not bind in Python: itself here.
             self.plain = inner
             # C++ callers that look a backend up by device (functional collectives,
@@ -259,20 +294,66 @@ class TracingProcessGroup(dist.ProcessGroup):
                     self._register_backend(torch.device(device), kind,
                                            inner._get_backend(torch.device(device)))
         else:
-            real = real or inner.name().removeprefix("traced_")
+            real = real or inner.name()
             #: A plain c10d group over the same backend, for operations the backend object
             #: does not bind in Python (calling the base class on ``self`` would recurse).
-            self.plain = dist.ProcessGroup(inner.rank(), inner.size())  # type: ignore[call-arg]
+            self.plain = dist.ProcessGroup(rank, size)  # type: ignore[call-arg]
             served = device_backends(real)
             for device, kind in served:
                 for group in (self, self.plain):
                     group._register_backend(torch.device(device), kind, inner)
             if served:
                 self.plain._set_default_backend(served[0][1])
-        self.backend_name = backend_name or f"traced_{real}"
+        #: The name ``inner``'s backend is registered under.
+        self.real = real
+        self.backend_name = backend_name
+        if group_key and callable(getattr(inner, "new_group", None)):
+            # torch 2.13 hands subgroup creation to a default group that has a new_group
+            # (a Python process group's own way): so it does here, as it would to inner.
+            self.new_group = self._new_group
+
+    def _new_group(self, ranks: list[int], **kwargs: Any) -> TracingProcessGroup | None:
+        """``inner.new_group``, its group traced (None: this rank is not in it)."""
+        inner: Any = self.inner
+        sub = inner.new_group(ranks, **kwargs)
+        if sub is None:
+            return None
+        return TracingProcessGroup(sub, tracer=self.tracer, ranks=ranks, real=self.real,
+                                   group_key=str(kwargs.get("group_name") or ""))
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
-        return self.backend_name  # the registered name: torch looks the backend up by it
+        """What the group torch would have made answers (or ``backend_name``): ``inner``'s
+        name for a process group; for a backend object, what a c10d group over it answers
+        (``gloo``, ``nccl``; ``custom`` for a registered backend's object: torch's DDP
+        logger looks the backend up by that name). ``name()``, ``_get_backend_name()`` and
+        C++ callers see the real backend, not the harness."""
+        if self.backend_name:
+            return self.backend_name
+        named = self.inner if isinstance(self.inner, dist.ProcessGroup) else self.plain
+        return str(named.name())
+
+    @property
+    def group_name(self) -> Any:
+        """``inner``'s (a Python process group may keep its own: torch names ``inner`` as it
+        would untraced, see :func:`_install`); over a backend object, this group's."""
+        if isinstance(self.inner, dist.ProcessGroup):
+            return self.inner.group_name
+        return super().group_name
+
+    @property
+    def group_desc(self) -> str:
+        """As :attr:`group_name`."""
+        if isinstance(self.inner, dist.ProcessGroup):
+            return str(self.inner.group_desc)
+        return str(super().group_desc)
+
+    def rank(self) -> int:
+        """``inner``'s answer (a Python process group may answer other than its C++ rank)."""
+        return int(self.inner.rank())
+
+    def size(self) -> int:
+        """``inner``'s answer (a Python process group may answer other than its C++ size)."""
+        return int(self.inner.size())
 
     def shutdown(self) -> None:
         """What ``destroy_process_group`` calls: shuts the backend down (NCCL aborts its
@@ -305,9 +386,14 @@ def create_inner(backend: str, opts: Any, backend_options: Any) -> Any:
     if backend == "nccl":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
+        options.global_ranks_in_group = list(opts.global_ranks_in_group)
+        options.group_name = opts.group_id
         return dist.ProcessGroupNCCL(store, rank, size, options)
     if backend == "gloo":
-        return dist.ProcessGroupGloo(store, rank, size, timeout)
+        gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
+        gloo.options.group_name = opts.group_id
+        return gloo
     plugin = dist.Backend._plugins[backend.upper()]
     if plugin.extended_api:
         return plugin.creator_fn(opts, backend_options)
@@ -316,8 +402,11 @@ def create_inner(backend: str, opts: Any, backend_options: Any) -> Any:
 
 def traced_backend(backend: str) -> str:
     """Register (once) and return the name of the tracing variant of ``backend`` (gloo,
-    nccl, or a backend registered with ``Backend.register_backend``)."""
+    nccl, or a backend registered with ``Backend.register_backend``), and make torch's
+    group creation invisible-traced (:func:`_install`): ``init_process_group`` with the
+    returned name creates a default group that every public query takes for ``backend``."""
     name = f"traced_{backend}"
+    _install()
     if hasattr(dist.Backend, name.upper()):
         return name
 
@@ -330,11 +419,69 @@ def traced_backend(backend: str) -> str:
         default = not opts.global_ranks_in_group
         inner = COMMUNICATORS.default_backend(fresh) if default else fresh()
         ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
-        group = TracingProcessGroup(inner, name, group_key=str(opts.group_id), ranks=ranks,
+        group = TracingProcessGroup(inner, group_key=str(opts.group_id), ranks=ranks,
                                     real=backend)
         group.pooled = default and COMMUNICATORS.keeps(inner)
         return group
 
     devices = [device for device, _ in device_backends(backend)]
     dist.Backend.register_backend(name, create, extended_api=True, devices=devices)
+    _TRACED[name] = backend
     return name
+
+
+#: Registered tracing variants: ``traced_<real>`` -> ``<real>``.
+_TRACED: dict[str, str] = {}
+
+
+def _traced_world() -> str | None:
+    """The real backend of the default group when it is a tracing group of
+    :func:`traced_backend` (None: no default group, or an untraced one)."""
+    if not dist.is_initialized():
+        return None
+    world = c10d._get_default_group()
+    if isinstance(world, TracingProcessGroup) and world.group_key:
+        return world.real
+    return None
+
+
+def _install() -> None:
+    """Wrap ``torch.distributed.distributed_c10d._new_process_group_helper`` (once per
+    process), through which ``init_process_group``, ``new_group`` and
+    ``new_subgroups`` create every group, so that the trace is invisible:
+
+    - a group asked for as ``traced_<real>`` is created by the tracing backend, and then
+      recorded in torch's world maps (``_world.pg_map``, which ``dist.get_backend`` reads;
+      ``_world.pg_backend_config``, which ``dist.get_backend_config`` reads) under
+      ``<real>``, as ``init_process_group(<real>)`` would have recorded it;
+    - while the default group is such a group, a group asked for as ``<real>`` (what
+      ``new_group()`` reads from the world map, or names with ``backend=``) is created by
+      the tracing backend all the same, and recorded as ``<real>``.
+
+    Any other request (no traced default group, another backend) passes through unchanged:
+    an untraced job (``--no-trace``) creates its groups exactly as torch does. (The wrapper
+    stays installed once a traced job ran in the process; it then only passes through.)
+    """
+    original = c10d._new_process_group_helper
+    if getattr(original, "_ddp_conformance", False):
+        return
+
+    def helper(group_size: int, group_rank: int, global_ranks_in_group: list[int],
+               backend: Any, store: Any, group_name: Any, *args: Any,
+               **kwargs: Any) -> tuple[Any, Any]:
+        asked = str(backend)
+        real = _TRACED.get(asked)
+        if real is None and asked == _traced_world():
+            real, backend = asked, f"traced_{asked}"
+        pg, pg_store = original(group_size, group_rank, global_ranks_in_group, backend, store,
+                                group_name, *args, **kwargs)
+        if real is not None and isinstance(pg, TracingProcessGroup):
+            c10d._world.pg_map[pg] = (real, pg_store)
+            c10d._world.pg_backend_config[pg] = str(c10d.BackendConfig(dist.Backend(real)))
+            if isinstance(pg.inner, dist.ProcessGroup):  # named as torch names what it returns
+                pg.inner._set_group_name(group_name)
+                pg.inner._set_group_desc(kwargs.get("group_desc") or "undefined")
+        return pg, pg_store
+
+    helper._ddp_conformance = True  # type: ignore[attr-defined]
+    c10d._new_process_group_helper = helper

@@ -5,6 +5,12 @@ It only transports: every job goes to :meth:`RankRuntime.execute
 <ddp_conformance.ranks.runtime.RankRuntime.execute>`, the procedure torchrun mode uses
 too. ``SIGUSR1`` dumps every thread's Python stack to the rank's stack file
 (faulthandler), which is how the parent reports a TIMEOUT; a fatal signal dumps there too.
+
+After every job the rank compares itself with its state before its first job
+(:mod:`~ddp_conformance.ranks.hygiene`): what the job changed is put back, or the rank
+answers and leaves, so that the next job runs on a fresh rank; and it ends every process the
+job started (it is their subreaper: :mod:`~ddp_conformance.ranks.orphans`). Its answer
+carries what it found.
 """
 from __future__ import annotations
 
@@ -20,15 +26,29 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from ddp_conformance.ranks.messages import Exit, Raised, Ready, Release, Released, RunJob, receive, send
+from ddp_conformance.ranks.leaks import Hygiene
+from ddp_conformance.ranks.messages import (
+    Done,
+    Exit,
+    Raised,
+    Ready,
+    Release,
+    Released,
+    RunJob,
+    receive,
+    send,
+)
+from ddp_conformance.ranks.orphans import become_subreaper, end_descendants
 
 if TYPE_CHECKING:
+    from ddp_conformance.ranks.hygiene import Fingerprint
     from ddp_conformance.ranks.runtime import RankRuntime
 
 
 def serve(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
+    from ddp_conformance.ranks.hygiene import Fingerprint
     from ddp_conformance.ranks.placement import pin_device
     from ddp_conformance.ranks.runtime import RankRuntime
     from ddp_conformance.ranks.warmup import warm_up
@@ -40,18 +60,22 @@ def serve(args: argparse.Namespace) -> None:
     runtime = RankRuntime(args.rank, args.world_size, args.backend, device, store)
     warm_up(device)
     runtime.preload(args.preload.split(",") if args.preload else [])
+    gc.collect()
+    # The state every job starts from: a fresh rank's, candidates imported (a fresh rank
+    # imports them too), before any job; the harness's own reaper thread is not a job's.
+    fingerprint = Fingerprint(exempt_threads=lambda: [runtime.reaper_thread()])
     # Everything imported so far lives as long as the process: keep it out of the
     # collector's scans, so that the collection after each job costs microseconds.
-    gc.collect()
     gc.freeze()
     send(conn, Ready(args.rank, os.getpid()))
     try:
-        _serve_jobs(conn, runtime)
+        _serve_jobs(conn, runtime, fingerprint)
     finally:
+        end_descendants()
         runtime.close()
 
 
-def _serve_jobs(conn: Connection, runtime: RankRuntime) -> None:
+def _serve_jobs(conn: Connection, runtime: RankRuntime, fingerprint: Fingerprint) -> None:
     """Answer the parent's messages until it says :class:`Exit` or goes away."""
     while True:
         try:
@@ -71,19 +95,35 @@ def _serve_jobs(conn: Connection, runtime: RankRuntime) -> None:
         if isinstance(answer, Raised) and may_stay(answer, message.job.trace) \
                 and _safely(runtime.cleaned_up):
             answer = replace(answer, stays=True)
+        if isinstance(answer, Done) or answer.stays:
+            answer = _checked(answer, fingerprint)
         send(conn, answer)
-        if isinstance(answer, Raised) and not answer.stays:
+        if isinstance(answer, Raised) and not answer.stays or answer.hygiene.retire:
             # Leave. Destroying the group does not close its connections while C++
             # objects (a DDP reducer) still hold it; exiting does, which releases peers
             # blocked in a collective with this rank at once.
             _leave()
 
 
+def _checked(answer: Done | Raised, fingerprint: Fingerprint) -> Done | Raised:
+    """``answer`` with what the job left in this rank (put back, or the rank retires: a
+    Raised answer then no longer stays)."""
+    try:
+        hygiene = fingerprint.check()
+    except Exception as exc:  # noqa: BLE001 - the state is unknown: retire
+        hygiene = Hygiene(retired=(f"the rank's state could not be checked: "
+                                   f"{type(exc).__name__}: {exc}",))
+    if isinstance(answer, Raised) and hygiene.retire:
+        return replace(answer, hygiene=hygiene, stays=False)
+    return replace(answer, hygiene=hygiene)
+
+
 def _leave() -> None:
     """Exit at once (no interpreter shutdown: C++ objects may still hold the groups),
-    keeping what ``--coverage`` measured in this rank."""
+    ending every process a job started here and keeping what ``--coverage`` measured."""
     from ddp_conformance.ranks import coverage_hook
 
+    end_descendants()
     coverage_hook.save()
     os._exit(0)
 
@@ -161,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     coverage_hook.start_from_env()  # before torch: module-level lines of a target count
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    become_subreaper()  # what a job starts stays in this rank's tree, to be ended
     stack_file = open(args.stack_file, "w")  # noqa: SIM115 - lives as long as the process
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     faulthandler.enable(file=stack_file)

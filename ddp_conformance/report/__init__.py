@@ -11,6 +11,7 @@ from typing import Any
 
 from ddp_conformance.judge.verdict import Result
 
+from .files import ReportFiles, make_dir
 from .load import BENCH_FILE, RESULTS_FILE, RunData, load_bench, load_results
 
 SUMMARY_FILE = "summary.md"
@@ -23,33 +24,36 @@ __all__ = ["BENCH_FILE", "HTML_FILE", "JUNIT_FILE", "RESULTS_FILE", "SUMMARY_FIL
 
 def render(directory: str, info: dict[str, Any] | None, results: list[Result], notes: list[str],
            bench: dict[str, Any] | None = None, incomplete: str | None = None,
-           coverage: dict[str, Any] | None = None) -> list[str]:
+           coverage: dict[str, Any] | None = None, files: ReportFiles | None = None) -> list[str]:
     """Write the summaries of one run into ``directory``; return the paths written.
 
     ``incomplete``: why ``results`` are only the cases finished (an interrupted run);
     every file then says so at its top (JUnit: an ``incomplete`` property of the suite).
     ``coverage``: the ``--coverage`` summary (:mod:`.coverage`), a section of its own.
+    Each file is written whole or not at all (:class:`.files.ReportFiles`, ``files``
+    when the caller wants to follow or abandon the writing), the cheap ones first; a
+    directory that cannot be written raises :class:`~ddp_conformance.errors.ReportDirError`.
     """
     from .html import render_html
     from .junit import write_junit
     from .markdown import markdown_summary
 
-    os.makedirs(directory, exist_ok=True)
+    files = files if files is not None else ReportFiles()
+    make_dir(directory)
     written = []
     if info is not None or bench:
         path = os.path.join(directory, SUMMARY_FILE)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(markdown_summary(info or {}, results, notes, bench, incomplete=incomplete,
-                                     coverage=coverage))
+        files.write_text(path, lambda: markdown_summary(info or {}, results, notes, bench,
+                                                        incomplete=incomplete, coverage=coverage))
         written.append(path)
     if info is not None:
         path = os.path.join(directory, JUNIT_FILE)
-        write_junit(path, results, incomplete=incomplete)
+        with files.writing(path) as temp:
+            write_junit(temp, results, incomplete=incomplete)
         written.append(path)
     path = os.path.join(directory, HTML_FILE)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(info, results, notes, bench, incomplete=incomplete,
-                            coverage=coverage))
+    files.write_text(path, lambda: render_html(info, results, notes, bench, incomplete=incomplete,
+                                               coverage=coverage))
     written.append(path)
     return written
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from ddp_conformance.ranks.coverage_hook import DATA_DIR, CoverageSetup
 
+from .files import ReportFiles
+
 SUMMARY_FILE = os.path.join(DATA_DIR, "summary.json")
 JSON_REPORT = os.path.join(DATA_DIR, "coverage.json")
 
@@ -39,8 +41,8 @@ def combine_and_summarise(setup: CoverageSetup, report_dir: str) -> dict[str, An
     with open(raw, encoding="utf-8") as f:
         data = json.load(f)
     summary = summarise(data, setup.targets, len(parts))
-    with open(os.path.join(report_dir, SUMMARY_FILE), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
+    ReportFiles().write_text(os.path.join(report_dir, SUMMARY_FILE),
+                             lambda: json.dumps(summary, indent=1))
     return summary
 
 

@@ -1,5 +1,5 @@
-"""``report.html``: one self-contained file (inline CSS, plots as base64 PNG, no scripts,
-nothing fetched from the network)."""
+"""``report.html``: one self-contained file (inline CSS, error-per-step plots as inline SVG,
+timing plots as base64 PNG, no scripts, nothing fetched from the network)."""
 from __future__ import annotations
 
 import html
@@ -8,7 +8,7 @@ from typing import Any
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.ranks.outcome import describe_exit
 
-from . import plots
+from . import errorplot, plots
 from .common import (
     DIVERGENCE_HEADER,
     PER_PARAMETER_HEADER,
@@ -139,7 +139,24 @@ def matrix_html(results: list[Result]) -> str:
     return "\n".join(out) + "</table>"
 
 
+#: Failure messages shown per case (a run that fails everywhere has hundreds per case).
+MAX_MESSAGES = 20
+#: Rows of a case's per-parameter figures table.
+MAX_FIGURE_ROWS = 60
+#: Where everything a capped section leaves out is.
+SEE_RESULTS = "every one is in results.jsonl"
+
+
+def more_line(shown: int, total: int, what: str) -> str:
+    """"... and 12 more failure messages (every one is in results.jsonl)", or ""."""
+    if total <= shown:
+        return ""
+    return f"... and {total - shown} more {what} ({SEE_RESULTS})"
+
+
 def case_html(r: Result) -> str:
+    """One case's evidence, its long lists capped (:data:`MAX_MESSAGES`,
+    :data:`MAX_FIGURE_ROWS`) with a line saying how many more results.jsonl holds."""
     colour = COLOURS.get(r.verdict.value, "#999")
     parts = [f'<div class="case" id="{anchor(r)}" style="border-color:{colour}">',
              f"<h3>{badge(r.verdict.value)}<code>{esc(r.case_id)}</code> "
@@ -154,10 +171,15 @@ def case_html(r: Result) -> str:
         for d in divs:
             for detail in d.details[:3]:
                 parts.append(f"<p><code>{esc(d.check)}</code>:</p><pre>{esc(detail)}</pre>")
-        parts.append("<details><summary>every failure message</summary><pre>"
-                     + esc("\n".join(f.message for f in r.failures)) + "</pre></details>")
+        messages = [f.message for f in r.failures[:MAX_MESSAGES]]
+        more = more_line(MAX_MESSAGES, len(r.failures), "failure messages")
+        parts.append(f"<details><summary>failure messages ({len(r.failures)})</summary><pre>"
+                     + esc("\n".join([*messages, more] if more else messages))
+                     + "</pre></details>")
     if r.verdict in (Verdict.FAIL, Verdict.XFAIL, Verdict.XPASS):
-        parts.append(img(plots.error_per_step(r), f"error per step of {r.case_id}"))
+        svg = errorplot.error_per_step(r)
+        if svg:
+            parts.append(f"<p>{svg}</p>")
     for rank, code in sorted(r.exit_codes.items()):
         parts.append(f"<p><b>rank {rank}</b> ended with {esc(describe_exit(code))}</p>")
     if r.desync:
@@ -169,10 +191,17 @@ def case_html(r: Result) -> str:
         parts.append(f'<p class="muted">note: {esc(note)}</p>')
     if r.figures:
         parts.append("<details><summary>per-parameter error figures (worst over steps and ranks)"
-                     "</summary>" + table(PER_PARAMETER_HEADER, per_parameter(r.figures), numeric_from=2)
-                     + "</details>")
+                     "</summary>" + figures_table(r) + "</details>")
     parts.append("</div>")
     return "\n".join(parts)
+
+
+def figures_table(r: Result) -> str:
+    """The per-parameter figures of ``r``, at most :data:`MAX_FIGURE_ROWS` rows."""
+    rows = per_parameter(r.figures)
+    more = more_line(MAX_FIGURE_ROWS, len(rows), "rows")
+    return (table(PER_PARAMETER_HEADER, rows[:MAX_FIGURE_ROWS], numeric_from=2)
+            + (f'<p class="muted">{esc(more)}</p>' if more else ""))
 
 
 def slowest_html(results: list[Result], n: int) -> str:
@@ -281,7 +310,7 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
         if passed:
             parts.append("<h2>Passed cases: error figures</h2>")
             for r in passed:
-                figures = table(PER_PARAMETER_HEADER, per_parameter(r.figures), numeric_from=2)
+                figures = figures_table(r)
                 parts.append(f"<details><summary><code>{esc(r.case_id)}</code> ({len(r.checks_run)} "
                              f"checks)</summary>{figures}</details>")
     if bench:

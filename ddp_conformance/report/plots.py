@@ -1,4 +1,5 @@
-"""Plots as base64 PNG (matplotlib's Agg backend: no display, no network)."""
+"""The timing plots as base64 PNG (matplotlib's Agg backend: no display, no network);
+a failing case's error-per-step plot is :mod:`.errorplot`'s inline SVG."""
 from __future__ import annotations
 
 import base64
@@ -13,12 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 
 from ddp_conformance.bench.stats import quartiles  # noqa: E402
-from ddp_conformance.judge.verdict import Result  # noqa: E402
 
 from .timing import BASELINE, all_rows, breakdown, keyed, model_rows  # noqa: E402
-
-FLOOR = 1e-12  # zero error drawn here on the log scale
-MAX_LINES = 8
 
 
 def to_png(fig: MplFigure) -> str:
@@ -26,52 +23,6 @@ def to_png(fig: MplFigure) -> str:
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def error_series(result: Result, quantity: str) -> dict[tuple[str, str], dict[int, float]]:
-    """``{(against, parameter): {step: max abs error over ranks}}`` for oracle/reference."""
-    series: dict[tuple[str, str], dict[int, float]] = {}
-    for g in result.figures:
-        who, _, what = g.check.partition(".")
-        if what != quantity or who not in ("oracle", "reference") or g.step < 0:
-            continue
-        s = series.setdefault((who, g.name), {})
-        s[g.step] = max(s.get(g.step, 0.0), g.max_abs)
-    return series
-
-
-def error_per_step(result: Result) -> str | None:
-    """Max abs error per step, per parameter, oracle (solid) vs reference (dashed), log
-    scale, one panel per quantity (grad, param, buffer) that has a failing figure."""
-    failing = {g.check.partition(".")[2] for g in result.figures
-               if not g.passed and g.check.partition(".")[0] in ("oracle", "reference")}
-    quantities = [q for q in ("grad", "param", "buffer") if q in failing]
-    if not quantities:
-        return None
-    fig, axes = plt.subplots(1, len(quantities), figsize=(5.2 * len(quantities), 3.4), squeeze=False)
-    for ax, q in zip(axes[0], quantities, strict=True):
-        series = error_series(result, q)
-        def peak(n: str, series: dict[tuple[str, str], dict[int, float]] = series) -> float:
-            return max(max(series.get((w, n), {0: 0.0}).values()) for w in ("oracle", "reference"))
-
-        worst = sorted({name for _, name in series}, key=lambda n: -peak(n))
-        colours = plt.get_cmap("tab10")
-        for i, name in enumerate(worst[:MAX_LINES]):
-            for who, style in (("oracle", "-"), ("reference", "--")):
-                s = series.get((who, name))
-                if s:
-                    steps = sorted(s)
-                    ax.plot(steps, [max(s[k], FLOOR) for k in steps], style, marker="o", ms=3,
-                            color=colours(i % 10), label=f"{name} vs {who}")
-        ax.set_yscale("log")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_xlabel("step")
-        ax.set_ylabel("max abs error (over ranks)")
-        ax.set_title(f"{q}: error per step", fontsize=10)
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
-    fig.suptitle(result.case_id, fontsize=10)
-    return to_png(fig)
 
 
 def _ms(x: float) -> float:
@@ -186,4 +137,4 @@ def experiment_plot(key: str, exp: dict[str, Any]) -> str | None:
     return to_png(fig)
 
 
-__all__ = ["error_per_step", "step_times", "bandwidth", "experiment_plot"]
+__all__ = ["step_times", "bandwidth", "experiment_plot"]

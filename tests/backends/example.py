@@ -20,7 +20,10 @@ The contract a backend author has to meet, and which this class shows:
   them, pytorch/pytorch#192920, so this class stages such tensors through contiguous
   copies);
 * an operation the backend does not offer raises ``NotImplementedError``;
-* ``getBackendName()`` returns the registered name.
+* ``getBackendName()`` returns the registered name;
+* the group keeps the name c10d gives it (``_set_group_name``, read back as
+  ``group_name``): a Python process group has no backend object for torch to store it
+  in, and ``DeviceMesh.from_group`` (DDP's ``device_mesh``) needs it.
 
 Methods that C++ calls (DDP's reducer, its initial broadcast and its shape check) go through
 the same Python methods: ``allreduce``, ``broadcast``, ``allgather`` and the rest.
@@ -58,6 +61,8 @@ class ExampleProcessGroup(dist.ProcessGroup):
     """
 
     backend_name: ClassVar[str] = "example_backend"
+    #: The name c10d gives the group (``_set_group_name``); "" until it does.
+    _group_name: str = ""
 
     def __init__(self, store: Store, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)
@@ -70,6 +75,13 @@ class ExampleProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # the name C++ looks up
         return self.backend_name
+
+    def _set_group_name(self, name: str) -> None:  # called by dist.new_group and init
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
 
     @staticmethod
     def _then(work: Work, outputs: list[torch.Tensor], fix: Callable[[], None]) -> Work:
@@ -111,8 +123,16 @@ class ExampleProcessGroup(dist.ProcessGroup):
 
     # Reductions.
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: AllreduceOptions) -> Work:
-        return self._in_place(tensors, lambda ts: self._gloo.allreduce(ts, opts))
+    def allreduce(self, tensors: list[torch.Tensor] | torch.Tensor,
+                  opts: AllreduceOptions | None = None) -> Work:
+        """c10d calls ``allreduce(tensors, opts)``; torch 2.13's DDP join hook
+        (``_match_unused_params_allreduce``) calls ``process_group.allreduce(tensor)``, the
+        shortcut only torch's C++ groups bind: a Python group must accept it too
+        (tests/standalone/ddp_join_python_process_group.py)."""
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        options = AllreduceOptions() if opts is None else opts
+        return self._in_place(tensors, lambda ts: self._gloo.allreduce(ts, options))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: AllreduceCoalescedOptions) -> Work:
         return self._gloo.allreduce_coalesced(tensors, opts)

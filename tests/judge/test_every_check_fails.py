@@ -190,12 +190,15 @@ def test_an_expected_error_runs_only_the_error_and_trace_agreement() -> None:
     assert world.evidence.checks == ["expected_error", "trace.consistent"]
 
 
-def test_an_expected_error_with_the_wrong_message_fails() -> None:
+def test_an_expected_error_with_the_wrong_message_fails_under_strict_messages() -> None:
     world = make_world(EXPECTS_ERROR)
     world.records[0].raised = "RuntimeError: boom"
     world.records[1].raised = "ValueError: something else"
+    assert world.failed() == set()  # any clear error on every rank is the refusal
+    world.strict_messages = True  # --strict-messages: torch's text too
     assert world.failed() == {"expected_error"}
     assert world.evidence.failures[0].rank == 1
+    assert "--strict-messages" in world.evidence.failures[0].message
 
 
 def test_strict_profile_reports_bucket_layouts_otherwise_notes_them() -> None:

@@ -39,11 +39,13 @@ class World:
     strict: bool = False
     trace: bool = True
     evidence: Evidence = field(default_factory=Evidence)
+    strict_messages: bool = False
 
     def judge(self) -> Evidence:
         self.evidence = Evidence()
         judge_group(self.evidence, self.scenario, self.records, self.oracle, self.reference,
-                    strict=self.strict, trace=self.trace)
+                    strict=self.strict, trace=self.trace,
+                    strict_messages=self.strict_messages)
         return self.evidence
 
     def failed(self) -> set[str]:

@@ -1,4 +1,5 @@
-"""``expected_error``: a scenario that expects an error gets it, on every rank."""
+"""``expected_error``: a refusal, on every rank: an API contract's (``expect_error``), or
+one at a limit of torch's implementation (``torch_limit``) where the candidate refused."""
 from __future__ import annotations
 
 import re
@@ -6,31 +7,40 @@ import re
 from ddp_conformance.judge.registry import Context, check, expecting_error
 
 
+def clear(raised: str) -> bool:
+    """Whether an error, as a rank records it ("Type: message"), says something: it has a
+    message (a bare ``AssertionError`` or ``KeyError()`` tells the user nothing)."""
+    _, _, message = raised.partition(": ")
+    return bool(message.strip())
+
+
 @check("expected_error", when=expecting_error)
 def expected_error(ctx: Context) -> None:
-    """Every rank raised an error matching ``scenario.expect_error`` (a regular expression
-    on "Type: message"), e.g. torch's "Expected to have finished reduction in the prior
-    iteration" for a parameter unused without ``find_unused_parameters``, or the
-    ``RuntimeError`` of a second ``register_comm_hook``. No hang: the deadline turns a hang
-    into TIMEOUT before this check runs. The failing iteration is no DDP step, so no value
-    check runs with it (``trace.consistent`` still does).
+    """Every rank raised a clear error (one with a message), e.g. for a second
+    ``register_comm_hook`` or models that differ across ranks (``Scenario.expect_error``:
+    refusing is the behaviour), or, at a torch limit (``Scenario.torch_limit``) where the
+    candidate refused, as torch does: "refused, like torch". A rank that went on while the
+    others raised fails it. No hang: the deadline turns a hang into TIMEOUT before this
+    check runs. The failing iteration is no DDP step, so no value check runs with it
+    (``trace.consistent`` still does); a candidate that goes on at a torch limit is judged
+    by the value checks instead ("beyond torch").
 
-    At a torch limit (``scenario.torch_limit``) where the candidate refused: an error on
-    every rank, of any text ("refused, like torch"); a candidate that goes on there is
-    judged by the value checks instead."""
-    ev, pattern = ctx.evidence, ctx.scenario.expect_error
+    torch's message (the scenario's regular expression on "Type: message") is demanded
+    only under ``--strict-messages``: the text is torch's, not the contract."""
+    ev, scenario = ctx.evidence, ctx.scenario
     ev.ran("expected_error")
-    if pattern is None:  # a refusal at a torch limit: any error, but on every rank
-        for rank, rec in sorted(ctx.records.items()):
-            if not rec.raised:
-                ev.fail("expected_error", f"rank {rank} went on while other ranks refused "
-                        f"(torch's limit here: {ctx.scenario.torch_limit!r}); a refusal must "
-                        f"be on every rank", None, rank)
-        return
+    pattern = scenario.expect_error if scenario.expect_error is not None else scenario.torch_limit
+    limit = scenario.expect_error is None
     for rank, rec in sorted(ctx.records.items()):
         if not rec.raised:
-            ev.fail("expected_error", f"rank {rank} finished its {len(rec.steps)} steps without "
-                    f"raising; expected an error matching {pattern!r}", None, rank)
-        elif not re.search(pattern, rec.raised):
-            ev.fail("expected_error", f"rank {rank} raised {rec.raised!r}, expected an error "
-                    f"matching {pattern!r}", len(rec.steps), rank)
+            ev.fail("expected_error",
+                    f"rank {rank} went on while other ranks refused (torch's limit here: "
+                    f"{pattern!r}); a refusal must be on every rank" if limit else
+                    f"rank {rank} finished its {len(rec.steps)} steps without raising; "
+                    f"expected a clear error on every rank (torch's: {pattern!r})", None, rank)
+        elif not clear(rec.raised):
+            ev.fail("expected_error", f"rank {rank} raised {rec.raised!r}, an error without a "
+                    f"message (torch's: {pattern!r})", len(rec.steps), rank)
+        elif ctx.strict_messages and pattern is not None and not re.search(pattern, rec.raised):
+            ev.fail("expected_error", f"rank {rank} raised {rec.raised!r}; --strict-messages "
+                    f"expects torch's message, matching {pattern!r}", len(rec.steps), rank)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ddp_conformance.judge.registry import Context, against_reference, check
+from ddp_conformance.judge.trace_blind import trace_applies
 from ddp_conformance.judge.trace_facts import backward_allreduce_sizes
 from ddp_conformance.judge.verdict import Figure
 
@@ -16,7 +17,11 @@ def buckets(ctx: Context) -> None:
     reference DDP's, i.e. the same bucket layout as torch's DDP (``bucket_cap_mb``,
     reverse registration order, one bucket per dtype, the rebuild after the first step).
     Enforced under the strict profile (``torch``, ``reference``, ``--strict-profile``);
-    otherwise the first difference is a note. Only the first difference is reported."""
+    otherwise the first difference is a note. Only the first difference is reported.
+    Not applied where the candidate's collectives bypassed the traced group
+    (:mod:`~ddp_conformance.judge.trace_blind`)."""
+    if not trace_applies(ctx, "trace.buckets"):
+        return
     ev, reference = ctx.evidence, ctx.reference
     assert reference is not None
     ev.ran("trace.buckets")

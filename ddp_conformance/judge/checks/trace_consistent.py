@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ddp_conformance.judge.registry import Context, check
+from ddp_conformance.judge.trace_blind import trace_applies
 from ddp_conformance.judge.trace_facts import side_by_side
 from ddp_conformance.judge.verdict import Figure
 
@@ -16,7 +17,11 @@ def consistent(ctx: Context) -> None:
     element count, group size: ``Collective.signature``), as c10d requires of every
     collective; mismatched collectives hang or corrupt real jobs. The first difference
     from the group's lowest rank is named with both sequences side by side. Runs where
-    the scenario expects an error too (the ranks must still agree up to it)."""
+    the scenario expects an error too (the ranks must still agree up to it).
+    Not applied where the candidate's collectives bypassed the traced group
+    (:mod:`~ddp_conformance.judge.trace_blind`)."""
+    if not trace_applies(ctx, "trace.consistent"):
+        return
     ev, records = ctx.evidence, ctx.records
     ev.ran("trace.consistent")
     first = min(records)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ddp_conformance.catalog.scenario import Scenario, SyncStrategy
 from ddp_conformance.judge.registry import Context, check, traced
+from ddp_conformance.judge.trace_blind import trace_applies
 from ddp_conformance.judge.trace_facts import (
     as_real,
     defined_gradients,
@@ -62,7 +63,10 @@ def wire_dtype(ctx: Context) -> None:
     collective rule and ``trace.reduced_once`` cover them) and where
     ``Scenario.trace_volume`` is off. One failure per rank for the per-collective rule,
     one in all for the volume.
-    """
+    Not applied where the candidate's collectives bypassed the traced group
+    (:mod:`~ddp_conformance.judge.trace_blind`)."""
+    if not trace_applies(ctx, "trace.dtype"):
+        return
     wire = hook_wire_dtype(ctx.scenario)
     _each_reduction(ctx, wire)
     if not wire and len(real_counts(ctx.oracle.numel_by_dtype)) > 1 and ctx.scenario.trace_volume:
@@ -103,7 +107,7 @@ def _per_dtype_volume(ctx: Context) -> None:
     for rank, rec in sorted(ctx.records.items()):
         seen = elements_by_dtype(rec.trace)
         if not seen:
-            continue  # a blind trace: noted by trace.reduced_once
+            continue  # nothing reduced on this rank: trace.reduced_once says so
         for step in range(len(rec.steps)):
             for mb in synced_microbatches(scenario):
                 got = seen.get((step, mb), {})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ddp_conformance.catalog.procedure import buffers_broadcast, synced
 from ddp_conformance.judge.registry import Context, check, traced
+from ddp_conformance.judge.trace_blind import trace_applies
 from ddp_conformance.judge.trace_facts import FLOATING, STEP_STAGES, SYNCING
 
 
@@ -20,7 +21,11 @@ def no_sync(ctx: Context) -> None:
     (``procedure.buffers_broadcast``), and integer metadata: torch rebuilds its buckets
     once, at the first forward after the first synced backward, and broadcasts the new
     layout as int32 even inside ``no_sync``. Under Join, the one-element allreduce by
-    which Join counts the ranks still active is allowed too. One failure per rank."""
+    which Join counts the ranks still active is allowed too. One failure per rank.
+    Not applied where the candidate's collectives bypassed the traced group
+    (:mod:`~ddp_conformance.judge.trace_blind`)."""
+    if not trace_applies(ctx, "trace.no_sync"):
+        return
     ev, scenario = ctx.evidence, ctx.scenario
     ev.ran("trace.no_sync")
     for rank, rec in sorted(ctx.records.items()):
