@@ -46,8 +46,15 @@ def test_shipped_expectations_parse_and_give_reasons(name: str) -> None:
     assert entries and all(e.reason for e in entries)
 
 
-@pytest.mark.parametrize("name,module", sorted(PACKAGED.items()))
-def test_missing_package_is_one_usage_line(name: str, module: str,
+#: The third-party DDPs of the trust issue: (module, extra) each (tests/test_third_party.py).
+THIRD_PARTY_EXTRAS = {"torchft": ("torchft", "torchft"), "megatron-core": ("megatron", "megatron-core"),
+                      "ignite": ("ignite", "ignite")}
+
+
+@pytest.mark.parametrize("name,module,extra", sorted(
+    [(name, module, "ecosystem") for name, module in PACKAGED.items()]
+    + [(name, module, extra) for name, (module, extra) in THIRD_PARTY_EXTRAS.items()]))
+def test_missing_package_is_one_usage_line(name: str, module: str, extra: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     real_import = builtins.__import__
 
@@ -62,7 +69,7 @@ def test_missing_package_is_one_usage_line(name: str, module: str,
         ADAPTERS[name]()
     message = str(info.value)
     assert "\n" not in message and f"candidate {name!r} needs" in message
-    assert "pip install -e .[ecosystem]" in message
+    assert f"pip install -e .[{extra}]" in message
 
 
 @pytest.fixture(scope="module")

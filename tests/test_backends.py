@@ -154,6 +154,17 @@ def test_bitwise_comparison_tells_negative_zero_apart() -> None:
     assert not torch.equal(bits(torch.tensor([0.0])), bits(torch.tensor([-0.0])))
 
 
+def test_the_backend_comparison_calls_the_same_nan_bitwise_equal() -> None:
+    """values/non-finite-grad: the same NaN in both runs is no difference (it was reported
+    as 'differs by 0'); a NaN in one run only is one."""
+    from ddp_conformance.judge.backend_diff import _distance
+    nan = torch.tensor([1.0, float("nan"), float("inf")])
+    assert _distance(nan, nan.clone()) == (True, 0.0)
+    assert _distance(nan, torch.tensor([1.0, 2.0, float("inf")]))[0] is False
+    assert _distance(torch.tensor([complex(1, float("nan"))]),
+                     torch.tensor([complex(1, float("nan"))])) == (True, 0.0)
+
+
 # -- cases --------------------------------------------------------------------------------
 
 
