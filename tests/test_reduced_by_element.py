@@ -18,7 +18,7 @@ import torch
 
 from ddp_conformance.catalog.loader import load_catalog
 from ddp_conformance.config import RunConfig
-from ddp_conformance.judge.coverage import coverage
+from ddp_conformance.judge.summed_memory import coverage
 from ddp_conformance.judge.trace_blind import NOT_APPLIED
 from ddp_conformance.judge.verdict import Verdict
 from ddp_conformance.ranks.extents import reduced_extents

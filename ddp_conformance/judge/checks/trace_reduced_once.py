@@ -1,9 +1,9 @@
 """``trace.reduced_once``: every synced backward reduces every needed gradient element once."""
 from __future__ import annotations
 
-from ddp_conformance.judge.coverage import Coverage, backward_coverage
 from ddp_conformance.judge.oracle import OracleRecord
 from ddp_conformance.judge.registry import Context, check, traced
+from ddp_conformance.judge.summed_memory import Coverage, backward_coverage
 from ddp_conformance.judge.trace_blind import trace_applies
 from ddp_conformance.judge.trace_facts import (
     FLOATING,
@@ -34,7 +34,7 @@ def reduced_once(ctx: Context) -> None:
     """Every synced backward reduces every element of every gradient *defined on some
     rank* exactly once, judged on the memory that reducing collectives (allreduce,
     reduce-scatter, reduce) of floating dtype summed in that backward, element by element
-    of storage (:mod:`~ddp_conformance.judge.coverage`):
+    of storage (:mod:`~ddp_conformance.judge.summed_memory`):
 
     - at least the elements of the parameters whose gradient a local backward produced
       on some active rank since the previous synced backward (under ``no_sync``, the
