@@ -16,6 +16,7 @@ from ddp_conformance.errors import UsageError
 from ddp_conformance.ranks.environment import validate
 from ddp_conformance.ranks.pool import RankPool
 from ddp_conformance.report import BENCH_FILE, load_bench, write_report_set
+from ddp_conformance.report.files import ReportFiles
 from ddp_conformance.report.gitstate import project_git_state
 from ddp_conformance.report.timing import BASELINE, timing_markdown
 
@@ -137,8 +138,8 @@ def run_bench(cfg: BenchConfig, out: TextIO, pool: RankPool | None = None) -> di
         if own:
             pool.close()
     os.makedirs(cfg.report_dir, exist_ok=True)
-    with open(os.path.join(cfg.report_dir, BENCH_FILE), "w", encoding="utf-8") as f:
-        json.dump(data, f)
+    # Whole or absent, as every file of the report set (report/files.py).
+    ReportFiles().write_text(os.path.join(cfg.report_dir, BENCH_FILE), lambda: json.dumps(data))
     written = write_report_set(cfg.report_dir)
     shown = {"timing": data["timing"]} if cfg.experiment == "timing" else \
         {"experiments": {k: v for k, v in data.get("experiments", {}).items()
