@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.judge.evidence import Evidence
@@ -45,6 +46,14 @@ class Context:
         """The tolerance of every value comparison with the oracle or the reference: the
         scenario's (bitwise where exact, its override) over the model's gradient dtypes."""
         return Policy.for_model(self.scenario.exact, self.scenario.rtol, self.oracle.grad_dtypes)
+
+    @cached_property
+    def trace_bypass(self) -> str | None:
+        """Why the trace cannot judge this group's run (None: it can), found once for all
+        the ``trace.*`` units (:func:`ddp_conformance.judge.trace_blind.bypass`)."""
+        from ddp_conformance.judge.trace_blind import bypass
+
+        return bypass(self)
 
     @property
     def expects_error(self) -> bool:
