@@ -9,13 +9,15 @@ Rendezvous never leaves this machine and never collides with another run: the pa
 a TCP store on 127.0.0.1 with a port the OS chooses, talks to each rank over a private
 socket pair, and keeps logs, stack files and flight logs in a private temporary directory.
 
-Every wait has a deadline. :meth:`RankPool.run` ends in one of four ways:
+Every wait has a deadline. :meth:`RankPool.run` ends in one of four ways (the job's
+transitions and its status are :class:`~ddp_conformance.ranks.job.JobRun`'s; the grace
+periods, ``RAISE_GRACE_S`` and ``CRASH_GRACE_S``, are in :mod:`ddp_conformance.ranks.job`):
 
 - ``done``: every rank answered;
 - ``raised``: some rank raised. A rank with no collective of its own in flight cleans up
   and stays in the pool; one with work in flight leaves (its exit closes its connections).
   When peers still wait in a collective on a rank that stayed (the flight logs show it at
-  once; or :data:`RAISE_GRACE_S` passed), it is sent :class:`Release`: it lets the job's
+  once; or ``RAISE_GRACE_S`` passed), it is sent :class:`Release`: it lets the job's
   groups go, which closes their connections and so releases the peers, and stays
   (:meth:`RankRuntime.release <ddp_conformance.ranks.runtime.RankRuntime.release>`); or,
   when something still holds a group (a candidate that leaks itself), it leaves, its exit
@@ -26,8 +28,7 @@ Every wait has a deadline. :meth:`RankPool.run` ends in one of four ways:
   about a second by :mod:`ddp_conformance.ranks.watch`); every rank still running has its
   Python stack taken (SIGUSR1 → faulthandler) and is ended;
 - ``crash``: a rank process died; its exit code or signal and the end of its log are kept,
-  the ranks still running after :data:`CRASH_GRACE_S` have their stacks taken and are
-  ended.
+  the ranks still running after ``CRASH_GRACE_S`` have their stacks taken and are ended.
 
 Ranks that ended are replaced before the next job. After the first replacement the pool
 keeps a **spare** process per rank, started in the background while cases run (at most one
@@ -60,12 +61,11 @@ from ddp_conformance.errors import PoolError
 from ddp_conformance.ranks.communicator import Generations
 from ddp_conformance.ranks.desync import mismatch
 from ddp_conformance.ranks.flight import FlightLog
+from ddp_conformance.ranks.job import CRASH_GRACE_S, CallsFunctions, JobRun
 from ddp_conformance.ranks.leaks import Hygiene
 from ddp_conformance.ranks.messages import (
-    Done,
     Exit,
     Job,
-    Raised,
     Ready,
     Release,
     Released,
@@ -74,15 +74,9 @@ from ddp_conformance.ranks.messages import (
     send,
 )
 from ddp_conformance.ranks.orphans import end_marked, marker_env
-from ddp_conformance.ranks.outcome import Outcome, describe_exit, describe_outcome
+from ddp_conformance.ranks.outcome import Outcome
 from ddp_conformance.ranks.warmup import warm_up
 from ddp_conformance.ranks.watch import POLL_S, JobWatch
-
-#: After a rank raised, how long peers that the trace cannot show waiting on it get to
-#: answer before that rank is told to leave (which releases any peer blocked on it).
-RAISE_GRACE_S = 2.0
-#: After a rank died (or left), how long the others get: they are usually released at once.
-CRASH_GRACE_S = 2.0
 
 
 class Pool(Protocol):
@@ -98,6 +92,8 @@ class Pool(Protocol):
     def close(self, force: bool = False) -> None: ...
 
     def run(self, job: Job, timeout_s: float) -> Outcome: ...
+
+    def call(self, function: str, *args: Any, timeout_s: float = 120.0) -> list[Any]: ...
 
 
 @dataclass
@@ -121,7 +117,7 @@ class _Rank:
         return self.proc.poll() is None
 
 
-class RankPool:
+class RankPool(CallsFunctions):
     """``world_size`` rank processes for one (backend, device)."""
 
     def __init__(self, world_size: int, backend: str = "gloo", device: str = "cpu",
@@ -341,20 +337,12 @@ class RankPool:
                 self.close()
 
     def _run(self, job: Job, timeout_s: float) -> Outcome:
+        """The job on the active ranks, through its transitions (:mod:`.job`); then the
+        evidence of how it ended, and the ranks that cannot go on are ended."""
         self._jobs += 1
-        job.store_prefix = f"job{self._jobs}"
-        job.communicator = self.communicators.name() if job.trace else ""
         ranks: list[_Rank] = [r for r in self._active if r is not None]
-        started = time.monotonic()
-        deadline = started + timeout_s
-        out = Outcome("done")
-        pending = set(range(self.world_size))
-        #: Ranks that answered, with what they did (for the desync diagnosis).
-        gone: dict[int, str] = {}
-        #: Ranks that raised and stayed: peers may wait on them until they let go.
-        raised_here: set[int] = set()
-        releasing: set[int] = set()
-        release_at: float | None = None
+        state = JobRun(self.world_size)
+        state.dispatch(job, self._jobs, self.communicators, timeout_s)
         # Where each rank's stack file ends now: what faulthandler writes past it when a
         # rank dies of a fatal signal is that rank's Python stack at the moment of death.
         stack_marks = {r.rank: _size(r.stack) for r in ranks}
@@ -365,88 +353,71 @@ class RankPool:
             try:
                 send(r.conn, RunJob(job))
             except OSError:  # it died between jobs
-                pending.discard(r.rank)
-                gone[r.rank] = _died(r, out)
-        while pending:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            wake = min(deadline - now, POLL_S) if watch is not None else deadline - now
-            if release_at is not None:
-                wake = min(wake, max(0.0, release_at - now))
-            for conn in wait([ranks[p].conn for p in pending], timeout=wake):
-                r = next(x for x in ranks if x.conn is conn)
-                pending.discard(r.rank)
-                try:
-                    answer = receive(r.conn)
-                except (EOFError, OSError):
-                    gone[r.rank] = _died(r, out)
-                    deadline = min(deadline, time.monotonic() + CRASH_GRACE_S)
-                    continue
-                failed_here = out.record(answer)
-                if isinstance(answer, Done):
-                    gone[r.rank] = "finished the job"
-                    if answer.hygiene.retire:
-                        _reap(r)  # it leaves the pool after answering
-                    continue
-                assert isinstance(answer, Raised), answer
-                gone[r.rank] = "raised" if answer.stays else "raised and left"
-                if not answer.stays:
-                    _reap(r)  # it leaves the pool after reporting
-                elif failed_here:
-                    raised_here.add(r.rank)
-                if failed_here and release_at is None:
-                    release_at = time.monotonic() + RAISE_GRACE_S
-            if not pending:
-                break
-            now = time.monotonic()
-            if raised_here and release_at is not None and (
-                    now >= release_at or (watch is not None
-                                          and watch.structural(pending, gone) is not None)):
-                # Peers wait on ranks that raised (the flight logs say so, or the grace
-                # is over): those let the job's groups go, or leave; either closes the
-                # connections the peers wait on.
-                for i in raised_here:
-                    try:
-                        send(ranks[i].conn, Release())
-                    except OSError:
-                        pass
-                releasing |= raised_here
-                raised_here.clear()
-                deadline = min(deadline, now + RAISE_GRACE_S)
-            elif release_at is not None and now >= release_at:
-                deadline = min(deadline, now + RAISE_GRACE_S)
-                release_at = None
-            elif watch is not None and not out.tracebacks and not out.exit_codes:
-                desync = watch.poll(pending, gone, now)
-                if desync is not None:
-                    out.desync = desync
-                    break
-        out.elapsed_s = time.monotonic() - started
-        if out.exit_codes:
-            out.status = "crash"
-        elif out.tracebacks:
-            out.status = "raised"
-        elif pending:
-            out.status = "timeout"
-        if job.communicator:
-            self.communicators.settle(out.status == "done", out.communicators, self.world_size)
+                state.died(r.rank, _exit_code(r), _tail(r.log), grace=False)
+        while state.waiting(time.monotonic()):
+            wake = state.wake(time.monotonic(), POLL_S if watch is not None else None)
+            for conn in wait([ranks[p].conn for p in state.pending], timeout=wake):
+                self._take_answer(state, next(x for x in ranks if x.conn is conn))
+            if state.pending:
+                self._next_step(state, ranks, watch)
+        out = state.conclude(self.communicators)
         if watch is not None and out.status in ("crash", "raised"):
             watch.read()
             out.desync = mismatch(watch.flights())  # why it died or raised, if they say
-        if pending or out.exit_codes:
-            out.stacks = self._dump_stacks([ranks[i] for i in sorted(pending)])
-            for rank in out.exit_codes:
-                fatal = _read_from(ranks[rank].stack, stack_marks[rank])
-                if fatal:
-                    out.stacks[rank] = fatal
+        self._gather_stacks(out, [ranks[i] for i in sorted(state.pending)],
+                            {rank: (ranks[rank].stack, stack_marks[rank])
+                             for rank in out.exit_codes})
         # Stuck ranks cannot be recovered (they wait in C++): end them; the next job
         # replaces them and every other rank that left.
-        ended = self._end([ranks[i] for i in pending])
+        ended = self._end([ranks[i] for i in state.pending])
         if ended:  # the pool ended them: charged to the job, with the ranks' own findings
-            out.hygiene[min(pending)] = Hygiene(ended=tuple(ended))
-        self._await_released([ranks[i] for i in releasing])
+            out.hygiene[min(state.pending)] = Hygiene(ended=tuple(ended))
+        self._await_released([ranks[i] for i in state.releasing])
         return out
+
+    @staticmethod
+    def _take_answer(state: JobRun, r: _Rank) -> None:
+        """Rank ``r``'s connection is readable: its answer, or its death."""
+        try:
+            answer = receive(r.conn)
+        except (EOFError, OSError):
+            state.died(r.rank, _exit_code(r), _tail(r.log))
+            return
+        if state.answer(r.rank, answer):
+            _reap(r)  # it leaves the pool after answering
+
+    @staticmethod
+    def _next_step(state: JobRun, ranks: list[_Rank], watch: JobWatch | None) -> None:
+        """Between waits: release ranks that raised if peers wait on them (the flight logs
+        say so, or the grace is over: those let the job's groups go, or leave; either
+        closes the connections the peers wait on); else end the grace after a raise; else
+        ask the watch whether the ranks still running hang for good."""
+        now = time.monotonic()
+        if state.release_due(now, lambda: watch is not None and watch.structural(
+                state.pending, state.gone) is not None):
+            for i in state.release(now):
+                try:
+                    send(ranks[i].conn, Release())
+                except OSError:
+                    pass
+        elif state.expire_grace(now):
+            pass
+        elif watch is not None and state.watching():
+            found = watch.poll(state.pending, state.gone, now)
+            if found is not None:
+                state.desync(found)
+
+    def _gather_stacks(self, out: Outcome, stuck: list[_Rank],
+                       dead: dict[int, tuple[str, int]]) -> None:
+        """Into ``out.stacks``: every ``stuck`` rank's stack now, and for every rank that
+        died, what faulthandler wrote past its mark (its stack at a fatal signal)."""
+        if not stuck and not dead:
+            return
+        out.stacks = self._dump_stacks(stuck)
+        for rank, (path, mark) in dead.items():
+            fatal = _read_from(path, mark)
+            if fatal:
+                out.stacks[rank] = fatal
 
     def _await_released(self, released: list[_Rank]) -> None:
         """Wait for the answers to :class:`Release`: a rank that leaves is reaped, one that
@@ -462,14 +433,6 @@ class RankPool:
             if isinstance(answer, Released) and answer.stays:
                 continue
             self._end([r])
-
-    def call(self, function: str, *args: Any, timeout_s: float = 120.0) -> list[Any]:
-        """Run ``function(rank, world_size, *args)`` on every rank; return the results."""
-        out = self.run(Job("call", "", timeout_s, function=function, args=args, trace=False),
-                       timeout_s)
-        if out.status != "done":
-            raise RuntimeError(describe_outcome(out))
-        return [out.results[r] for r in range(self.world_size)]
 
     # -- evidence ---------------------------------------------------------------------
 
@@ -492,13 +455,6 @@ class RankPool:
                 break
         return {r.rank: _read_from(r.stack, before[r.rank])
                 or "(no stack: the process did not answer SIGUSR1)" for r in ranks}
-
-
-def _died(r: _Rank, out: Outcome) -> str:
-    """Keep a dead rank's exit code and the end of its log in ``out``; say how it ended."""
-    out.exit_codes[r.rank] = _exit_code(r)
-    out.logs[r.rank] = _tail(r.log)
-    return f"died ({describe_exit(out.exit_codes[r.rank])})"
 
 
 def _reap(r: _Rank) -> None:

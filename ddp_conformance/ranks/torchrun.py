@@ -40,8 +40,9 @@ import torch
 
 from ddp_conformance.errors import PoolError, UsageError
 from ddp_conformance.ranks.communicator import Generations
+from ddp_conformance.ranks.job import CallsFunctions, JobRun
 from ddp_conformance.ranks.messages import Answer, Job, Raised
-from ddp_conformance.ranks.outcome import Outcome, describe_outcome
+from ddp_conformance.ranks.outcome import Outcome
 from ddp_conformance.ranks.placement import pin_device
 from ddp_conformance.ranks.runtime import RankRuntime
 from ddp_conformance.ranks.warmup import warm_up
@@ -148,8 +149,9 @@ class _Member:
         return answer
 
 
-class TorchrunPool:
-    """The leader's (global rank 0's) executor, with the :class:`~ddp_conformance.pool.RankPool` interface."""
+class TorchrunPool(CallsFunctions):
+    """The leader's (global rank 0's) executor, with the
+    :class:`~ddp_conformance.ranks.pool.Pool` interface."""
 
     def __init__(self, backend: str = "gloo", device: str = "cpu") -> None:
         self.member = _Member(backend, device)
@@ -167,52 +169,45 @@ class TorchrunPool:
         """The ranks are torchrun's: nothing to start."""
 
     def run(self, job: Job, timeout_s: float) -> Outcome:
+        """Run ``job`` on every torchrun rank (this one included) through its transitions
+        (:class:`~ddp_conformance.ranks.job.JobRun`); a rank that does not answer within the
+        deadline (plus :data:`STACK_GRACE_S`) leaves its stack, and the run stops after it."""
         if self._stuck is not None:
             raise PoolError(f"the torchrun ranks are stuck since {self._stuck}; the run stops "
                             "here (results so far are in results.jsonl): restart torchrun")
         self._jobs += 1
         number = self._jobs
-        job.store_prefix = f"job{number}"
-        job.communicator = self.communicators.name() if job.trace else ""
+        state = JobRun(self.world_size)
+        state.dispatch(job, number, self.communicators, timeout_s + STACK_GRACE_S)
         store, key = self.member.store, self.member.key
-        started = time.monotonic()
         message = pickle.dumps((job, timeout_s), protocol=pickle.HIGHEST_PROTOCOL)
         store.set(key("job", number), message)  # type: ignore[arg-type]
         self.member.execute(number, job, timeout_s, abort=False)
-        out = Outcome("done")
-        pending = set(range(self.world_size))
-        deadline = started + timeout_s + STACK_GRACE_S
-        while pending and time.monotonic() < deadline:
-            for rank in sorted(pending):
+        while state.waiting(time.monotonic()):
+            for rank in sorted(state.pending):
                 if store.check([key("result", number, rank)]):
-                    pending.discard(rank)
-                    out.record(pickle.loads(store.get(key("result", number, rank))))
-            if pending:
+                    state.answer(rank, pickle.loads(store.get(key("result", number, rank))))
+            if state.pending:
                 time.sleep(POLL_S)
-        out.elapsed_s = time.monotonic() - started
-        if pending:
-            out.status = "timeout" if not out.tracebacks else "raised"
-            grace = time.monotonic() + STACK_GRACE_S
-            for rank in sorted(pending):
-                stack_key = key("stack", number, rank)
-                while not store.check([stack_key]) and time.monotonic() < grace:
-                    time.sleep(POLL_S)
-                out.stacks[rank] = (store.get(stack_key).decode(errors="replace")
-                                    if store.check([stack_key])
-                                    else "(no stack: the rank did not answer; on another node "
-                                         "its own stderr has faulthandler's dump)")
+        out = state.conclude(self.communicators)
+        if state.pending:
+            self._collect_stacks(out, number, sorted(state.pending))
             self._stuck = f"job {number} ({job.candidate or job.function})"
-        elif out.tracebacks:
-            out.status = "raised"
-        if job.communicator:
-            self.communicators.settle(out.status == "done", out.communicators, self.world_size)
         return out
 
-    def call(self, function: str, *args: Any, timeout_s: float = 120.0) -> list[Any]:
-        out = self.run(Job("call", "", timeout_s, function=function, args=args), timeout_s)
-        if out.status != "done":
-            raise RuntimeError(describe_outcome(out))
-        return [out.results[r] for r in range(self.world_size)]
+    def _collect_stacks(self, out: Outcome, number: int, ranks: list[int]) -> None:
+        """The stacks ``ranks`` put into the store for job ``number`` (within
+        :data:`STACK_GRACE_S`), into ``out.stacks``."""
+        store, key = self.member.store, self.member.key
+        grace = time.monotonic() + STACK_GRACE_S
+        for rank in ranks:
+            stack_key = key("stack", number, rank)
+            while not store.check([stack_key]) and time.monotonic() < grace:
+                time.sleep(POLL_S)
+            out.stacks[rank] = (store.get(stack_key).decode(errors="replace")
+                                if store.check([stack_key])
+                                else "(no stack: the rank did not answer; on another node "
+                                     "its own stderr has faulthandler's dump)")
 
     @property
     def stuck(self) -> bool:
