@@ -94,7 +94,7 @@ from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.oracle import reduce_gradients
 from ddp_conformance.judge.tolerance import RTOL
-from ddp_conformance.judge.wire_dtypes import HOLDS
+from ddp_conformance.script.wire_dtypes import HOLDS
 
 
 def unsupported(scenario: Scenario) -> str:

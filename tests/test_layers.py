@@ -9,6 +9,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ddp_conformance"
 
 #: Lowest first. A module may import its own layer and the layers before it.
 LAYERS: list[set[str]] = [
+    {"script"},  # torch and the standard library only: the reproducer's modules
     {"errors", "config", "options", "user_import"},
     {"contract", "builtins"},
     {"catalog"},
@@ -65,3 +66,11 @@ def test_no_module_imports_a_higher_layer() -> None:
                   for top in _imported_tops(path) if _layer(top) > mine]
     assert not wrong, "\n".join(wrong)
 
+
+
+def test_the_script_modules_import_only_each_other() -> None:
+    """What a reproducer copies imports nothing of the harness (ddp_conformance/script)."""
+    wrong = [f"{path.name} imports ddp_conformance.{top}"
+             for path in sorted((PACKAGE / "script").glob("*.py"))
+             for top in _imported_tops(path) if top != "script"]
+    assert not wrong, "\n".join(wrong)

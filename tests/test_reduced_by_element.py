@@ -18,12 +18,12 @@ import torch
 
 from ddp_conformance.catalog.loader import load_catalog
 from ddp_conformance.config import RunConfig
-from ddp_conformance.judge.summed_memory import coverage
 from ddp_conformance.judge.trace_blind import NOT_APPLIED
 from ddp_conformance.judge.verdict import Verdict
-from ddp_conformance.ranks.extents import reduced_extents
 from ddp_conformance.ranks.tracing import REDUCING, Collective
 from ddp_conformance.runner import Runner
+from ddp_conformance.script.extents import reduced_extents
+from ddp_conformance.script.summed_memory import coverage
 
 from .judge.world import make_world
 

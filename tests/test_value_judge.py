@@ -15,13 +15,9 @@ from ddp_conformance.judge.tolerance import (
     rtol_for,
     ulp_distance,
 )
-from ddp_conformance.judge.trace_facts import (
-    as_real,
-    backward_allreduce_sizes,
-    gradient_elements,
-    real_counts,
-)
+from ddp_conformance.judge.trace_facts import backward_allreduce_sizes, gradient_elements
 from ddp_conformance.ranks.tracing import Collective
+from ddp_conformance.script.collective import as_real, real_counts
 
 from .judge.world import World, bucket_trace, make_world
 

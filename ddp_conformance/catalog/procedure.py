@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from ddp_conformance.catalog.models import get_model
 from ddp_conformance.catalog.scenario import Accumulate, Scenario
+from ddp_conformance.script.case import make_optimizer as script_optimizer
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "zero_sgd", "fused_sgd", "in_backward_sgd")
 
@@ -31,22 +32,14 @@ class SteppedInBackward(torch.optim.SGD):
 
 def make_optimizer(scenario: Scenario, params: Iterable[nn.Parameter],
                    distributed: bool = True) -> torch.optim.Optimizer:
-    """The scenario's optimizer: plain SGD, SGD with momentum 0.9, Adam (torch defaults),
-    or ``zero_sgd``: SGD sharded by ``ZeroRedundancyOptimizer`` (plain SGD for the oracle,
-    ``distributed=False``: ZeRO changes where the update is computed, not its value)."""
-    if scenario.optimizer == "zero_sgd" and distributed:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr=scenario.lr)
+    """The scenario's optimizer (:func:`ddp_conformance.script.case.make_optimizer`); on
+    the ranks, where ``fused_sgd`` or ``in_backward_sgd`` steps every parameter in
+    backward, a :class:`SteppedInBackward`."""
     if scenario.optimizer in ("fused_sgd", "in_backward_sgd") and distributed:
         return SteppedInBackward(params, lr=scenario.lr)
-    if scenario.optimizer in ("sgd", "zero_sgd", "fused_sgd", "in_backward_sgd"):
-        return torch.optim.SGD(params, lr=scenario.lr)
-    if scenario.optimizer == "sgd_momentum":
-        return torch.optim.SGD(params, lr=scenario.lr, momentum=0.9)
-    if scenario.optimizer == "adam":
-        return torch.optim.Adam(params, lr=scenario.lr)
-    raise ValueError(f"unknown optimizer {scenario.optimizer!r}; known: {OPTIMIZERS}")
+    if scenario.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {scenario.optimizer!r}; known: {OPTIMIZERS}")
+    return script_optimizer(str(scenario.optimizer), scenario.lr, params, distributed)
 
 
 def build_module(scenario: Scenario, rank: int, device: torch.device) -> nn.Module:
@@ -69,8 +62,7 @@ def batch(scenario: Scenario, rank: int, step: int, microbatch: int, world_size:
     process. ``microbatch`` -1 is the eval forward before the step
     (``Scenario.eval_between_steps``); ``forward`` counts the forwards of one backward
     (``Scenario.forwards``)."""
-    gen = torch.Generator().manual_seed(scenario.data_seed(rank, step,
-                                                           _draw(scenario, microbatch, forward)))
+    gen = torch.Generator().manual_seed(data_seed(scenario, rank, step, microbatch, forward))
     inputs, target = get_model(scenario.model).batch(gen, scenario.batch_size_for(rank), rank,
                                                      world_size, step)
     return tuple(x.to(device) if isinstance(x, Tensor) else x for x in inputs), target.to(device)
@@ -81,8 +73,18 @@ def seed_forward(scenario: Scenario, rank: int, step: int, microbatch: int,
     """Seed this process's RNG for one forward, as every rank and the oracle do before it:
     dropout then draws the same mask for a rank's batch wherever it is computed (each rank
     has its own stream, as in real training)."""
-    seed = scenario.data_seed(rank, step, _draw(scenario, microbatch, forward))
-    torch.manual_seed((seed * 31 + 17) % (2**63))
+    torch.manual_seed(forward_seed(scenario, rank, step, microbatch, forward))
+
+
+def data_seed(scenario: Scenario, rank: int, step: int, microbatch: int, forward: int = 0) -> int:
+    """The seed of the generator of ``rank``'s batch at (step, microbatch, forward)."""
+    return scenario.data_seed(rank, step, _draw(scenario, microbatch, forward))
+
+
+def forward_seed(scenario: Scenario, rank: int, step: int, microbatch: int,
+                 forward: int = 0) -> int:
+    """What :func:`seed_forward` seeds torch's RNG with before that forward."""
+    return (data_seed(scenario, rank, step, microbatch, forward) * 31 + 17) % (2**63)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 """What a collective trace says about gradient synchronisation, and what it must cover.
 
-Plain functions over :class:`~ddp_conformance.ranks.tracing.Collective` lists and the
-oracle's record, shared by the ``trace.*`` check units:
+Plain functions over :class:`~ddp_conformance.script.collective.Collective` lists and the
+oracle's record, shared by the ``trace.*`` check units (the rules a reproducer carries too
+are :mod:`ddp_conformance.script.trace_rules`'s; these read them from the scenario):
 
 - the floating-point reductions each backward issued (element counts, per dtype, sizes);
 - the gradients a synced backward must reduce at least: those *defined on some rank*,
@@ -14,54 +15,19 @@ oracle's record, shared by the ``trace.*`` check units:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from ddp_conformance.catalog.procedure import synced
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.judge.oracle import OracleRecord
 from ddp_conformance.ranks.records import RankRecord
-from ddp_conformance.ranks.tracing import REDUCING, Collective
-
-#: Complex dtypes and the real dtype of their parts. torch's reducer allreduces a complex
-#: bucket as its ``view_as_real`` (n complex elements on the wire as 2n real ones); a DDP
-#: that reduces the complex tensor itself sums the same numbers. Both count as reducing
-#: 2n elements of the real dtype, so gradients, wire volumes and bucket sizes are all
-#: counted in real elements.
-REAL_PAIRS = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
-FLOATING = frozenset({"float64", "float32", "float16", "bfloat16"}) | frozenset(REAL_PAIRS)
-#: What ``no_sync`` forbids: reducing or overwriting data across ranks (not gathering).
-SYNCING = REDUCING | {"broadcast", "scatter"}
-STEP_STAGES = frozenset({"forward", "backward"})
-
-
-def gradient_reduction(c: Collective) -> bool:
-    """A collective that reduces floating-point data in a backward: a gradient reduction."""
-    return c.stage == "backward" and c.kind in REDUCING and c.dtype in FLOATING
-
-
-def as_real(dtype: str, numel: int) -> tuple[str, int]:
-    """``(dtype, numel)`` counted in real elements (:data:`REAL_PAIRS`)."""
-    real = REAL_PAIRS.get(dtype)
-    return (real, 2 * numel) if real else (dtype, numel)
-
-
-def real_counts(by_dtype: Mapping[str, int]) -> dict[str, int]:
-    """Elements per dtype with complex dtypes folded into their real ones (in order)."""
-    out: dict[str, int] = {}
-    for dtype, numel in by_dtype.items():
-        real, n = as_real(dtype, numel)
-        out[real] = out.get(real, 0) + n
-    return out
-
-
-def real_dtypes(dtypes: Iterable[str]) -> frozenset[str]:
-    """``dtypes`` with complex ones replaced by their real dtype."""
-    return frozenset(as_real(d, 0)[0] for d in dtypes)
+from ddp_conformance.script import trace_rules as rules
+from ddp_conformance.script.collective import Collective, as_real, gradient_reduction
 
 
 def reduced_numel(oracle: OracleRecord) -> int:
     """Real elements of the gradients a synced backward reduces (all that require one)."""
-    return sum(real_counts(oracle.numel_by_dtype).values())
+    return rules.reduced_numel(oracle.numel_by_dtype)
 
 
 def gradient_elements(trace: Iterable[Collective]) -> dict[tuple[int, int], tuple[int, int]]:
@@ -73,16 +39,6 @@ def gradient_elements(trace: Iterable[Collective]) -> dict[tuple[int, int], tupl
             entry[0] += as_real(c.dtype, c.numel)[1]
             entry[1] += 1
     return {k: (v[0], v[1]) for k, v in totals.items()}
-
-
-def elements_by_dtype(trace: Iterable[Collective]) -> dict[tuple[int, int], dict[str, int]]:
-    """Per (step, microbatch): elements reduced in backward per wire dtype (in trace order)."""
-    seen: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for c in trace:
-        if gradient_reduction(c):
-            dtype, numel = as_real(c.dtype, c.numel)
-            seen[(c.step, c.microbatch)][dtype] += numel
-    return seen
 
 
 def backward_allreduce_sizes(trace: Iterable[Collective]) -> dict[tuple[int, int], list[int]]:
@@ -106,27 +62,17 @@ def synced_microbatches(scenario: Scenario) -> list[int]:
 def defined_gradients(scenario: Scenario, oracle: OracleRecord, step: int,
                       microbatch: int) -> frozenset[str] | None:
     """The parameters whose gradient the synced backward of (step, microbatch) must
-    reduce: produced locally on some active rank in a microbatch since the previous
-    synced one of the step (zero_grad at every step ends the window). None where the
-    oracle did not record it: then every parameter that requires a gradient counts."""
+    reduce (:func:`~ddp_conformance.script.trace_rules.defined_gradients`, read from the
+    oracle's step)."""
     ostep = oracle.steps[step] if step < len(oracle.steps) else None
-    if ostep is None or len(ostep.local_grads) < scenario.microbatches:
-        return None
-    start = max((mb + 1 for mb in synced_microbatches(scenario) if mb < microbatch), default=0)
-    return frozenset().union(*ostep.local_grads[start:microbatch + 1])
+    return rules.defined_gradients(ostep.local_grads if ostep else None, scenario.microbatches,
+                                   synced_microbatches(scenario), microbatch)
 
 
 def needed_by_dtype(oracle: OracleRecord, names: frozenset[str] | None) -> dict[str, int]:
     """Real elements per dtype of the gradients ``names`` (None: all that require
-    gradients), in the model's dtype order (complex folded into real: :func:`as_real`)."""
-    if names is None:
-        return real_counts(oracle.numel_by_dtype)
-    needed = dict.fromkeys(real_counts(oracle.numel_by_dtype), 0)
-    for name in names:
-        p = oracle.initial_params[name]
-        dtype, numel = as_real(str(p.dtype).removeprefix("torch."), p.numel())
-        needed[dtype] = needed.get(dtype, 0) + numel
-    return needed
+    gradients), in the model's dtype order (complex folded into real)."""
+    return rules.needed_by_dtype(oracle.numel_by_dtype, oracle.initial_params, names)
 
 
 def side_by_side(left: list[Collective], right: list[Collective], start: int, left_name: str,

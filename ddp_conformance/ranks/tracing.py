@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -49,8 +48,9 @@ from torch._C._distributed_c10d import Backend as C10dBackend
 
 from ddp_conformance.contract.backend import capability
 from ddp_conformance.ranks.communicator import COMMUNICATORS, CommState
-from ddp_conformance.ranks.extents import reduced_extents
 from ddp_conformance.ranks.flight import POLLER, FlightRecorder
+from ddp_conformance.script.collective import REDUCING, Collective
+from ddp_conformance.script.extents import reduced_extents
 
 #: How finely ``Tracer.completions`` stamps completion times (see :meth:`Tracer.watch`).
 COMPLETION_FLOOR_S = 0.00005
@@ -59,38 +59,6 @@ COMPLETION_CAP_S = 0.002
 #: Stages the engine marks; collectives in ``record`` come from the harness reading state;
 #: ``eval`` is the forward under ``no_grad`` between steps (``Scenario.eval_between_steps``).
 STAGES = ("wrap", "eval", "zero_grad", "forward", "backward", "optimizer", "join", "record")
-
-
-@dataclass(slots=True)
-class Collective:
-    """One collective as the tracing group saw it. Equality ignores the time stamps."""
-
-    step: int
-    microbatch: int
-    stage: str
-    kind: str
-    dtype: str
-    numel: int
-    group_size: int
-    nbytes: int = 0
-    #: ``time.perf_counter()`` when it was issued, and when its work completed (only when
-    #: the tracer asked for completions; ``None`` until then).
-    launched: float = field(default=0.0, compare=False)
-    done: float | None = field(default=None, compare=False)
-    #: Which storage bytes a backward reduction summed (``ranks.extents``; empty otherwise).
-    extents: tuple[tuple[int, int, int], ...] = field(default=(), compare=False)
-
-    def signature(self) -> tuple[str, str, int, int]:
-        """What must match across ranks: kind, dtype, element count, group size."""
-        return (self.kind, self.dtype, self.numel, self.group_size)
-
-    def describe(self) -> str:
-        return f"{self.kind}({self.numel} x {self.dtype}, group of {self.group_size})"
-
-    def __reduce__(self) -> tuple[type[Collective], tuple[Any, ...]]:
-        # Positional: a rank's trace travels to the parent; this pickles smaller than the
-        # field-named state (and smaller than the frozen dataclass this replaced).
-        return (Collective, tuple(getattr(self, f) for f in self.__slots__))
 
 
 class Tracer:
@@ -188,12 +156,6 @@ _MEASURE: dict[str, Callable[[Sequence[Any]], tuple[torch.Tensor | None, int]]] 
     "recv": lambda a: (_first(a[0]), _total(a[0])),
     "barrier": lambda a: (None, 0),
 }
-
-#: Collectives that reduce (sum) data across ranks: what gradient synchronisation uses.
-REDUCING = frozenset({"allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
-                      "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
-                      "reduce_scatter_single", "reduce_scatter_single_coalesced"})
-
 
 def _traced(name: str) -> Callable[..., Any]:
     measure = _MEASURE[name]

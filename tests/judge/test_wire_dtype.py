@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ddp_conformance.catalog.scenario import CommHook, Scenario, SyncStrategy
-from ddp_conformance.judge.wire_dtypes import lossless, same, shortfall
+from ddp_conformance.script.wire_dtypes import lossless, same, shortfall
 
 from .world import World, bucket_trace, make_world
 

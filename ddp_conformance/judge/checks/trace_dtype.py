@@ -5,16 +5,18 @@ from ddp_conformance.catalog.scenario import Scenario, SyncStrategy
 from ddp_conformance.judge.registry import Context, check, traced
 from ddp_conformance.judge.trace_blind import trace_applies
 from ddp_conformance.judge.trace_facts import (
-    as_real,
     defined_gradients,
-    elements_by_dtype,
-    gradient_reduction,
     needed_by_dtype,
-    real_counts,
-    real_dtypes,
     synced_microbatches,
 )
-from ddp_conformance.judge.wire_dtypes import holders, lossless, same, shortfall
+from ddp_conformance.script.collective import real_counts, real_dtypes
+from ddp_conformance.script.trace_rules import (
+    dtype_volume_failure,
+    elements_by_dtype,
+    wire_offence,
+    wire_rule,
+)
+from ddp_conformance.script.wire_dtypes import lossless, same
 
 #: The dtype a comm hook puts on the wire, when it is not the gradients' own.
 HOOK_WIRE_DTYPE = {"fp16_compress": "float16", "builtin_fp16_compress": "float16",
@@ -41,7 +43,7 @@ def wire_dtype(ctx: Context) -> None:
     """Backward gradient reductions (reducing collectives of floating dtype) lose no
     precision. A wire dtype W is lossless for a gradient dtype G when W represents every
     G value exactly (float64 holds float32, which holds float16 and bfloat16; float16 and
-    bfloat16 are incomparable: :mod:`~ddp_conformance.judge.wire_dtypes`).
+    bfloat16 are incomparable: :mod:`~ddp_conformance.script.wire_dtypes`).
 
     - With a comm hook that sets the wire dtype (``fp16_compress``: float16, torch's
       ``fp16_compress_hook`` casts each bucket to float16), exactly that dtype: a hook
@@ -74,31 +76,15 @@ def wire_dtype(ctx: Context) -> None:
 
 
 def _each_reduction(ctx: Context, wire: str | None) -> None:
-    # Complex gradients count as their real dtype's (trace_facts.REAL_PAIRS).
-    ev, grads = ctx.evidence, real_dtypes(ctx.oracle.grad_dtypes)
-    own = " or ".join(sorted(grads))
-    if wire:
-        def allowed(w: str) -> bool:
-            return w == wire
-        expected = f"expected {wire} (precision silently changed)"
-    elif ctx.strict:
-        def allowed(w: str) -> bool:
-            return w in grads
-        expected = (f"expected {own} (strict profile: torch's wire dtype, the gradients' own; "
-                    f"precision silently changed)")
-    else:
-        def allowed(w: str) -> bool:
-            return any(lossless(w, g) for g in grads)
-        wider = [w for w in holders(grads, lossless) if w not in grads]
-        exactly = f" or a dtype that holds it exactly ({' or '.join(wider)})" if wider else ""
-        expected = f"expected {own}{exactly} (precision lost)"
+    # Complex gradients count as their real dtype's (collective.REAL_PAIRS).
+    ev = ctx.evidence
+    allowed, expected = wire_rule(real_dtypes(ctx.oracle.grad_dtypes), wire, ctx.strict)
     ev.ran("trace.dtype")
     for rank, rec in sorted(ctx.records.items()):
-        for c in rec.trace:
-            if gradient_reduction(c) and not allowed(as_real(c.dtype, c.numel)[0]):
-                ev.fail("trace.dtype", f"step {c.step}, microbatch {c.microbatch}, rank {rank}: "
-                        f"gradients reduced as {c.describe()}, {expected}", c.step, rank)
-                break
+        c = wire_offence(rec.trace, allowed)
+        if c is not None:
+            ev.fail("trace.dtype", f"step {c.step}, microbatch {c.microbatch}, rank {rank}: "
+                    f"gradients reduced as {c.describe()}, {expected}", c.step, rank)
 
 
 def _per_dtype_volume(ctx: Context) -> None:
@@ -110,17 +96,10 @@ def _per_dtype_volume(ctx: Context) -> None:
             continue  # nothing reduced on this rank: trace.reduced_once says so
         for step in range(len(rec.steps)):
             for mb in synced_microbatches(scenario):
-                got = seen.get((step, mb), {})
                 needed = needed_by_dtype(oracle, defined_gradients(scenario, oracle, step, mb))
-                short = shortfall(needed, got, relation)
-                if short is None:
-                    continue
-                kinds = " and ".join(short.dtypes)
-                full = sum(real_counts(oracle.numel_by_dtype).get(d, 0) for d in short.dtypes)
-                of = (f"the model's {short.needed} {kinds} gradient elements" if short.needed == full
-                      else f"the {short.needed} {kinds} gradient elements defined on some rank")
-                into = " or ".join(holders(frozenset(short.dtypes), relation))
-                ev.fail("trace.dtype", f"step {step}, microbatch {mb}, rank {rank}: only "
-                        f"{short.covered} of {of} were reduced in {into} "
-                        f"(reduced as {dict(got)}: {effect})", step, rank)
-                return
+                why = dtype_volume_failure(needed, seen.get((step, mb), {}),
+                                           oracle.numel_by_dtype, relation, effect)
+                if why is not None:
+                    ev.fail("trace.dtype", f"step {step}, microbatch {mb}, rank {rank}: {why}",
+                            step, rank)
+                    return

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ddp_conformance.catalog.procedure import buffers_broadcast, synced
 from ddp_conformance.judge.registry import Context, check, traced
 from ddp_conformance.judge.trace_blind import trace_applies
-from ddp_conformance.judge.trace_facts import FLOATING, STEP_STAGES, SYNCING
+from ddp_conformance.script.trace_rules import no_sync_offence
 
 
 def _has_no_sync_window(ctx: Context) -> bool:
@@ -29,17 +29,10 @@ def no_sync(ctx: Context) -> None:
     ev, scenario = ctx.evidence, ctx.scenario
     ev.ran("trace.no_sync")
     for rank, rec in sorted(ctx.records.items()):
-        for c in rec.trace:
-            if c.stage not in STEP_STAGES or synced(scenario, c.microbatch) \
-                    or c.dtype not in FLOATING or c.kind not in SYNCING:
-                continue
-            if c.stage == "forward" and c.kind == "broadcast" and \
-                    buffers_broadcast(scenario, c.step, c.microbatch):
-                continue  # the buffer broadcast torch owes the previous synced forward
-            if scenario.join is not None and c.kind == "allreduce" and c.numel == 1 \
-                    and c.stage == "forward":
-                continue  # Join's count of active ranks
+        c = no_sync_offence(rec.trace, lambda mb: synced(scenario, mb),
+                            lambda step, mb: buffers_broadcast(scenario, step, mb),
+                            scenario.join is not None)
+        if c is not None:
             ev.fail("trace.no_sync", f"step {c.step}, microbatch {c.microbatch} (inside "
                     f"no_sync), rank {rank}: {c.describe()} issued in {c.stage}",
                     c.step, rank)
-            break

@@ -1,7 +1,7 @@
 """What one synced backward's gradient reductions covered, element by element of memory.
 
 :func:`coverage` reads the storage extents the tracing group records for each backward
-reduction (:mod:`ddp_conformance.ranks.extents`) and says, for the reductions of one
+reduction (:mod:`.extents`) and says, for the reductions of one
 backward on one rank, how many real elements they summed (``summed``, with multiplicity,
 what the element counts alone say), how many distinct elements of memory
 (``distinct``), and which memory was summed by more than one of them (``twice``).
@@ -27,8 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ddp_conformance.judge.trace_facts import as_real, gradient_reduction
-from ddp_conformance.ranks.tracing import Collective
+from ddp_conformance.script.collective import Collective, as_real, gradient_reduction
 
 
 @dataclass(frozen=True)
