@@ -6,10 +6,11 @@ trains it with the candidate the way ``ranks/engine.py`` drives a DDP-like candi
 checks what the harness's checks check, in one process per rank.
 
 The model's code is copied from the catalog module that registers it
-(``catalog/models.py``, ``real_models.py``, ``composed.py``): only the definitions its
-registration needs, found by following names, into ``models.py`` where the module imports
-from it (``ModelSpec``, ``mse``); its other imports (``math``, torch's ``checkpoint``)
-become the script's (:func:`model_source`). What the procedure decides is the harness's,
+(``catalog/models/``: ``synthetic.py``, ``real_models.py``, ``composed.py``...): only the
+definitions its registration needs, found by following names, into ``registry.py`` and
+``synthetic.py`` where the module imports from them (``ModelSpec``, ``mse``); its other
+imports (``math``, torch's ``checkpoint``) become the script's (:func:`model_source`).
+What the procedure decides is the harness's,
 computed by ``catalog/procedure.py``'s own functions and written out as tables: per step
 the forward plan (``forward_plan``: the eval forward first where ``eval_between_steps``,
 then each microbatch's ``forwards`` forwards), per forward of it whether DDP broadcasts
@@ -86,8 +87,8 @@ from dataclasses import dataclass, field
 import torch
 from ddp_reference import sync_strategy
 
-from ddp_conformance.catalog import composed, procedure, real_models, surface_models, value_models
-from ddp_conformance.catalog import models as models_module
+from ddp_conformance.catalog import models as models_package
+from ddp_conformance.catalog import procedure
 from ddp_conformance.catalog.procedure import broadcasts, buffers_broadcast, forward_plan, synced
 from ddp_conformance.catalog.scenario import Accumulate, Optimizer, Scenario
 from ddp_conformance.errors import UsageError
@@ -149,8 +150,7 @@ def refusal(scenario: Scenario, world_size: int) -> str:
 
 
 #: The modules a catalog model may be registered in (``register(ModelSpec("name", ...))``).
-CATALOG_MODULES = (models_module.__name__, real_models.__name__, composed.__name__,
-                   value_models.__name__, surface_models.__name__)
+CATALOG_MODULES = tuple(member.__name__ for member in models_package.MEMBERS)
 
 
 @dataclass
@@ -222,12 +222,12 @@ def registering_module(model: str) -> str | None:
 def model_source(model: str) -> str:
     """The code model ``model`` needs, and ``SPEC``, its registration's ``ModelSpec``.
 
-    The definitions are copied from the module that registers it (``catalog/models.py``,
-    ``real_models.py``, ``composed.py``) by following the names its registration uses,
-    into the harness's other modules where it imports from them (``ModelSpec`` and
-    ``mse`` from ``models.py``); what it imports from elsewhere (``math``, torch's
-    ``checkpoint``) becomes an import of the script. In file order, the modules imported
-    from first; nothing of ``ddp_conformance`` is imported."""
+    The definitions are copied from the module that registers it (``catalog/models/``:
+    ``synthetic.py``, ``real_models.py``, ``composed.py``...) by following the names its
+    registration uses, into the harness's other modules where it imports from them
+    (``ModelSpec`` from ``registry.py``, ``mse`` from ``synthetic.py``); what it imports
+    from elsewhere (``math``, torch's ``checkpoint``) becomes an import of the script. In
+    file order, the modules imported from first; nothing of ``ddp_conformance`` is imported."""
     home = registering_module(model)
     if home is None:
         raise UsageError(f"repro: model {model!r} is not registered in "
@@ -362,7 +362,7 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
         EXACT=scenario.exact, RTOL_OVERRIDE=scenario.rtol,
         RTOL={str(k).removeprefix("torch."): v for k, v in RTOL.items()},
         GRAD_DTYPES=grad_dtypes, HOLDS={w: sorted(g) for w, g in HOLDS.items()},
-        MODEL_RANK_AWARE=models_module.get_model(scenario.model).rank_aware,
+        MODEL_RANK_AWARE=models_package.get_model(scenario.model).rank_aware,
         MODEL_KWARGS=dict(scenario.model_kwargs))
     table = {
         # Join: rank r of its group runs max(1, STEPS - r * fewer) steps (JoinSpec.steps_for)
@@ -407,7 +407,7 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
 
 
 def _path(module: str | None) -> str:
-    """``ddp_conformance/catalog/models.py`` for its module's name."""
+    """``ddp_conformance/catalog/models/synthetic.py`` for its module's name."""
     return (module or "?").replace(".", "/") + ".py"
 
 

@@ -1,4 +1,4 @@
-"""Real-world models (``catalog/real_models.py``): a GPT-style stack, a channels_last
+"""Real-world models (``catalog/models/real_models.py``): a GPT-style stack, a channels_last
 ResNet, an LSTM, a top-1 mixture of experts, a layer frozen mid-run."""
 from ddp_conformance import Accumulate, JoinSpec, Scenario
 

@@ -1,4 +1,4 @@
-"""The values and shapes real training meets (``catalog/value_models.py``): complex
+"""The values and shapes real training meets (``catalog/models/value_models.py``): complex
 parameters, whole models in float64 / bfloat16 / float16, one tensor above 2**18 elements,
 a non-finite gradient on one rank, buffers of every kind, a parameter first used late, and
 gradients as bucket views under ``no_sync`` accumulation."""

@@ -342,9 +342,9 @@ def test_model_source_takes_what_the_model_needs_only() -> None:
 
 
 def test_model_source_follows_names_into_the_module_that_registers_the_model() -> None:
-    """real_models.py and composed.py: their definitions, what they import from models.py
-    (ModelSpec, mse) copied before them, their other imports as imports; nothing of the
-    harness imported."""
+    """real_models.py and composed.py: their definitions, what they import from the
+    registry and synthetic.py (ModelSpec, mse) copied before them, their other imports as
+    imports; nothing of the harness imported."""
     gpt = model_source("gpt")
     assert "class GPT(nn.Module)" in gpt and "class CausalSelfAttention" in gpt
     assert "VOCAB, CONTEXT, WIDTH, HEADS = 32, 8, 16, 2" in gpt
@@ -359,7 +359,7 @@ def test_model_source_follows_names_into_the_module_that_registers_the_model() -
     for source in (gpt, composed, freeze):
         assert "ddp_conformance" not in source
         compile(source, "<model>", "exec")
-    with pytest.raises(UsageError, match="model 'nosuch' is not registered in models.py"):
+    with pytest.raises(UsageError, match="model 'nosuch' is not registered in synthetic.py"):
         model_source("nosuch")
 
 

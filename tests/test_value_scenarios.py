@@ -1,4 +1,4 @@
-"""The value models (``catalog/value_models.py``) do what their scenarios claim, seen
+"""The value models (``catalog/models/value_models.py``) do what their scenarios claim, seen
 through the single-process oracle (no process group)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from ddp_conformance import Scenario
 from ddp_conformance.catalog.loader import load_catalog
 from ddp_conformance.catalog.models import get_model
+from ddp_conformance.catalog.models.value_models import NON_FINITE_COLUMNS, NON_FINITE_STEP
 from ddp_conformance.catalog.procedure import batch, build_module
-from ddp_conformance.catalog.value_models import NON_FINITE_COLUMNS, NON_FINITE_STEP
 from ddp_conformance.judge.oracle import run_oracle
 
 CPU = torch.device("cpu")

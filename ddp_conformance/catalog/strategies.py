@@ -24,7 +24,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 # The blocks of the ``composed`` model (simplest first): a generated one chains 1 to 4.
-from ddp_conformance.catalog.composed import BLOCKS
+from ddp_conformance.catalog.models.composed import BLOCKS
 from ddp_conformance.catalog.scenario import (
     Accumulate,
     CommHook,
@@ -44,7 +44,7 @@ MODELS: tuple[tuple[str, int], ...] = (
     ("unused_first_on_rank1", 2), ("random_buffer", 1), ("sparse_embedding", 1),
     ("dyadic", 1), ("fp16_overflow", 2), ("composed", 1), ("lstm", 1),
     ("resnet_channels_last", 1), ("moe", 1), ("freeze_mid_run", 1), ("gpt", 1),
-    # The values real training meets (catalog/value_models.py). ``non_finite_grad`` puts
+    # The values real training meets (catalog/models/value_models.py). ``non_finite_grad`` puts
     # its inf and NaN in the last rank's batch, so it means something at every size.
     ("buffer_kinds", 1), ("mlp_float64", 1), ("complex", 1), ("mlp_bfloat16", 1),
     ("mlp_float16", 1), ("huge_tensor", 1), ("late_use", 1), ("non_finite_grad", 1),

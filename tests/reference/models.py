@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ddp_conformance.catalog.models import UsedTwice  # noqa: F401 - the catalog's model, shared
+from ddp_conformance.catalog.models.synthetic import UsedTwice  # noqa: F401 - the catalog's model, shared
 
 
 class MLP(nn.Module):

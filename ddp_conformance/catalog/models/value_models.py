@@ -3,7 +3,7 @@
 Complex parameters, whole models in float64, bfloat16 and float16, one parameter tensor
 above 2**18 elements, a gradient that is non-finite on one rank, buffers of every kind
 (non-persistent, integer, a running statistic outside BatchNorm) and a parameter first used
-late in a run. Each registers a :class:`~ddp_conformance.catalog.models.ModelSpec` like the
+late in a run. Each registers a :class:`~ddp_conformance.catalog.models.registry.ModelSpec` like the
 synthetic models and runs in well under a second per case.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ddp_conformance.catalog.models import Batch, ModelSpec, mse, register
+from ddp_conformance.catalog.models.registry import Batch, ModelSpec, register
+from ddp_conformance.catalog.models.synthetic import mse
 
 # --- complex parameters ---------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ A GPT-style block stack (tied embedding, LayerNorm, causal attention, dropout, o
 activation checkpointing), a ResNet-style net with BatchNorm in channels_last, an LSTM, a
 top-1 mixture of experts whose experts go unused on some ranks and steps, and a model
 whose layer is frozen mid-run. Each is a few dozen lines and fast; each registers a
-:class:`~ddp_conformance.catalog.models.ModelSpec` like the synthetic models.
+:class:`~ddp_conformance.catalog.models.registry.ModelSpec` like the synthetic models.
 
 Dropout draws from the process's RNG, which the engine and the oracle seed before every
 forward from the rank's coordinates (``procedure.seed_forward``), so the oracle reproduces
@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ddp_conformance.catalog.models import Batch, ModelSpec, mse, register
+from ddp_conformance.catalog.models.registry import Batch, ModelSpec, register
+from ddp_conformance.catalog.models.synthetic import mse
 
 # --- GPT-style block stack ----------------------------------------------------------------
 

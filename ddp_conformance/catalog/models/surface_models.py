@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ddp_conformance.catalog.models import ModelSpec, _normal_batch, build_mlp, mse, register
+from ddp_conformance.catalog.models.registry import ModelSpec, register
+from ddp_conformance.catalog.models.synthetic import build_mlp, mse, normal_batch
 
 
 def build_all_frozen() -> nn.Module:
@@ -57,13 +58,13 @@ class Ignored(nn.Module):
         return self.frozen(self.trained(x) * self.gain + self.offset) * self.scale
 
 
-register(ModelSpec("all_frozen", build_all_frozen, _normal_batch((8,), 4), mse,
+register(ModelSpec("all_frozen", build_all_frozen, normal_batch((8,), 4), mse,
                    "no parameter requires a gradient"))
-register(ModelSpec("lazy", build_lazy, _normal_batch((8,), 4), mse,
+register(ModelSpec("lazy", build_lazy, normal_batch((8,), 4), mse,
                    "an uninitialized LazyLinear"))
-register(ModelSpec("sync_bn", build_sync_bn, _normal_batch((8,), 4), mse,
+register(ModelSpec("sync_bn", build_sync_bn, normal_batch((8,), 4), mse,
                    "SyncBatchNorm in a CPU module"))
-register(ModelSpec("ignored", Ignored, _normal_batch((8,), 4), mse,
+register(ModelSpec("ignored", Ignored, normal_batch((8,), 4), mse,
                    "frozen parameters and a buffer named for DDP to ignore"))
 
 

@@ -1,10 +1,7 @@
-"""The catalog's models, each with the batch it eats and the loss it is trained on.
-
-A :class:`ModelSpec` is looked up by name from a scenario, so scenarios stay plain data and
-every rank process (and the oracle) builds the same module from the same seed. ``batch``
-receives a seeded generator and the rank coordinates, so data differs per rank while any
-process can rebuild any rank's batch.
-"""
+"""The synthetic models: each a small module built to hold one feature DDP must handle
+(buffers, a parameter unused on some ranks, tied and shared weights, mixed dtypes, sparse
+gradients, nested outputs...), with the batch it eats and the loss it is trained on; and
+the two losses and the normal batch the other model modules share."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,40 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-Batch = tuple[tuple[Any, ...], Tensor]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    build: Callable[..., nn.Module]
-    #: ``batch(gen, size, rank, world_size, step)``: one rank's batch at one step.
-    batch: Callable[[torch.Generator, int, int, int, int], Batch]
-    loss: Callable[[Any, Tensor], Tensor]
-    description: str = ""
-    #: ``build`` takes the building rank (a model that differs per rank on purpose).
-    rank_aware: bool = False
-    #: ``before_step(module, step)``: called on the unwrapped module at the start of every
-    #: step, before ``zero_grad`` (on every rank and in the oracle): how a model changes
-    #: between steps, e.g. freezing a parameter (``requires_grad_``) mid-run.
-    before_step: Callable[[nn.Module, int], None] | None = None
-
-
-MODELS: dict[str, ModelSpec] = {}
-
-
-def register(spec: ModelSpec) -> ModelSpec:
-    if spec.name in MODELS:
-        raise ValueError(f"model {spec.name!r} registered twice")
-    MODELS[spec.name] = spec
-    return spec
-
-
-def get_model(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}") from None
+from ddp_conformance.catalog.models.registry import Batch, ModelSpec, register
 
 
 def mse(out: Any, target: Tensor) -> Tensor:
@@ -60,7 +24,7 @@ def dot(out: Any, target: Tensor) -> Tensor:
     return (out * target).sum()
 
 
-def _normal_batch(in_shape: tuple[int, ...], out_features: int) -> Callable[..., Batch]:
+def normal_batch(in_shape: tuple[int, ...], out_features: int) -> Callable[..., Batch]:
     def batch(gen: torch.Generator, size: int, rank: int, world_size: int, step: int) -> Batch:
         x = torch.randn((size, *in_shape), generator=gen)
         y = torch.randn((size, out_features), generator=gen)
@@ -80,7 +44,7 @@ def build_mlp(width: int = 16, depth: int = 2) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-register(ModelSpec("mlp", build_mlp, _normal_batch((8,), 4), mse, "Linear/ReLU stack"))
+register(ModelSpec("mlp", build_mlp, normal_batch((8,), 4), mse, "Linear/ReLU stack"))
 
 
 # --- conv + BatchNorm (buffers) ---------------------------------------------------------
@@ -241,9 +205,9 @@ class UsedTwice(nn.Module):
         return self.out(self.shared(torch.tanh(self.shared(self.inp(x)))))
 
 
-register(ModelSpec("frozen", Frozen, _normal_batch((8,), 4), mse, "a frozen first layer"))
-register(ModelSpec("tied", Tied, _normal_batch((8,), 4), mse, "a weight shared by two layers"))
-register(ModelSpec("used_twice", UsedTwice, _normal_batch((8,), 4), mse,
+register(ModelSpec("frozen", Frozen, normal_batch((8,), 4), mse, "a frozen first layer"))
+register(ModelSpec("tied", Tied, normal_batch((8,), 4), mse, "a weight shared by two layers"))
+register(ModelSpec("used_twice", UsedTwice, normal_batch((8,), 4), mse,
                    "one layer applied twice per forward"))
 
 
@@ -294,11 +258,11 @@ class OneLarge(nn.Module):
         return self.out(torch.relu(self.big(torch.relu(self.inp(x)))))
 
 
-register(ModelSpec("mixed_dtypes", MixedDtypes, _normal_batch((8,), 4), mse,
+register(ModelSpec("mixed_dtypes", MixedDtypes, normal_batch((8,), 4), mse,
                    "float32 and float64 parameters"))
-register(ModelSpec("many_tiny", ManyTiny, _normal_batch((8,), 4), mse,
+register(ModelSpec("many_tiny", ManyTiny, normal_batch((8,), 4), mse,
                    "204 tiny parameter tensors"))
-register(ModelSpec("one_large", OneLarge, _normal_batch((8,), 4), mse,
+register(ModelSpec("one_large", OneLarge, normal_batch((8,), 4), mse,
                    "one 64 KiB weight, above a small bucket cap"))
 
 
@@ -364,9 +328,9 @@ def nested_loss_without_aux(out: Any, target: Tensor) -> Tensor:
     return F.mse_loss(heads.main + heads.extra[0], target)
 
 
-register(ModelSpec("nested_outputs", NestedOutputs, _normal_batch((8,), 4), nested_loss,
+register(ModelSpec("nested_outputs", NestedOutputs, normal_batch((8,), 4), nested_loss,
                    "dict / dataclass / tuple outputs, all in the loss"))
-register(ModelSpec("nested_outputs_aux_left_out", NestedOutputs, _normal_batch((8,), 4),
+register(ModelSpec("nested_outputs_aux_left_out", NestedOutputs, normal_batch((8,), 4),
                    nested_loss_without_aux, "nested outputs; `aux` left out of the loss"))
 
 
@@ -411,7 +375,7 @@ def build_mismatched(rank: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-register(ModelSpec("mismatched_by_rank", build_mismatched, _normal_batch((8,), 4), mse,
+register(ModelSpec("mismatched_by_rank", build_mismatched, normal_batch((8,), 4), mse,
                    "rank 1 has an extra layer", rank_aware=True))
 
 
@@ -430,7 +394,7 @@ class RandomBuffer(nn.Module):
         return self.fc(x) + self.shift
 
 
-register(ModelSpec("random_buffer", RandomBuffer, _normal_batch((8,), 4), mse,
+register(ModelSpec("random_buffer", RandomBuffer, normal_batch((8,), 4), mse,
                    "a buffer drawn at init: differs per rank before init sync"))
 
 
@@ -458,9 +422,3 @@ class BranchFirst(nn.Module):
 register(ModelSpec("unused_first_on_rank1", BranchFirst, _branchy_batch, mse,
                    "branch unused on rank 1, defined before the used one"))
 
-
-# The real-world models (GPT-style, ResNet, LSTM, MoE, freezing) register themselves.
-from ddp_conformance.catalog import composed as _composed  # noqa: E402, F401
-from ddp_conformance.catalog import real_models as _real_models  # noqa: E402, F401
-from ddp_conformance.catalog import surface_models as _surface_models  # noqa: E402, F401
-from ddp_conformance.catalog import value_models as _value_models  # noqa: E402, F401

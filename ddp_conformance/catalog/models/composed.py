@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ddp_conformance.catalog.models import Batch, ModelSpec, mse, register
+from ddp_conformance.catalog.models.registry import Batch, ModelSpec, register
+from ddp_conformance.catalog.models.synthetic import mse
 
 FEATURES = 8
 
