@@ -1,23 +1,23 @@
-"""Runs (scenario, candidate) cases on the ranks and turns what happened into verdicts.
+"""The case runner: runs (scenario, candidate) cases on the ranks and turns what happened
+into verdicts.
 
-A :class:`Runner` owns the transport (the rank pool, or torchrun's ranks), the resolved
-candidates and the per-run caches (one oracle per scenario and DDP group, one reference
-run per scenario: neither depends on the candidate). The run loop around it, shared by the
-command line and the pytest plugin, is :mod:`ddp_conformance.session`.
+A :class:`Runner` owns the transport (the rank pool, or torchrun's ranks) and the resolved
+candidates; for one case it decides N/A (what the backend, the world size or the candidate
+lacks), runs the job, and judges the records. The per-run caches it reads are their own
+modules, since neither depends on the candidate: :mod:`ddp_conformance.oracle_cache` (one
+oracle per scenario and DDP group, computed ahead on a thread while the job runs) and
+:mod:`ddp_conformance.reference_cache` (one reference DDP run per scenario). The run loop
+around it, shared by the command line and the pytest plugin, is
+:mod:`ddp_conformance.session`.
 
 It also runs the backend's own collective checks (a
 :class:`~ddp_conformance.catalog.collective.CollectiveCase`: the backend is the subject, no
-candidate), and, with a comparison backend (``--compare-backend``, Gloo by default for a
-custom backend), every scenario a second time on that backend's own pool, recording how
-far the two runs' records are apart (:mod:`ddp_conformance.judge.backend_diff`).
+candidate). A comparison backend (``--compare-backend``) wraps it:
+:mod:`ddp_conformance.backend_comparison`.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-
-import torch
 
 from ddp_conformance.builtins._common import expectations_file
 from ddp_conformance.catalog.backend_needs import BackendFeature, backend_lacks
@@ -29,27 +29,25 @@ from ddp_conformance.contract.backend import resolve_backend
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.ddp_like import kwargs_only_remark
 from ddp_conformance.contract.registry import resolve_candidate
-from ddp_conformance.errors import UsageError
-from ddp_conformance.judge.backend_diff import compare_records
 from ddp_conformance.judge.costs import CostMeter
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.expectations import Expectations
 from ddp_conformance.judge.failures import failed_run, last_line
-from ddp_conformance.judge.oracle import OracleRecord, run_oracle
 from ddp_conformance.judge.run import judge_group
 from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.oracle_cache import OracleCache
 from ddp_conformance.ranks.environment import validate
 from ddp_conformance.ranks.leaks import LeakLedger
 from ddp_conformance.ranks.messages import Job
 from ddp_conformance.ranks.pool import Pool, RankPool
 from ddp_conformance.ranks.records import RankRecord
+from ddp_conformance.reference_cache import REFERENCE, Records, ReferenceCache
 
 __all__ = ["RunConfig", "Runner"]
 
 #: Gloo's own collective timeout: longer than the scenario deadline, so that a hang is
 #: reported by the harness (with stacks) and not by the backend.
 COLLECTIVE_TIMEOUT_MARGIN_S = 30.0
-REFERENCE = "reference"
 #: The N/A reason of a slow scenario in a run without ``--slow``.
 SLOW_REASON = "a slow scenario (seconds): run with --slow (pytest: --ddp-slow)"
 #: Candidates held to the strict profile always: torch's DDP and the reference.
@@ -63,7 +61,10 @@ SHIPPED_BACKEND_EXPECTATIONS = {"gloo": "gloo-backend"}
 
 
 class Runner:
-    """Owns the rank pool, the resolved candidates and the oracle cache of one run."""
+    """Owns the rank pool and the resolved candidates of one run; runs one case at a time."""
+
+    #: The runner of the comparison backend (set by :mod:`ddp_conformance.backend_comparison`).
+    comparison: Runner | None = None
 
     def __init__(self, config: RunConfig, pool: Pool | None = None) -> None:
         """``pool`` replaces the rank pool (e.g. ranks started by torchrun); same interface."""
@@ -79,19 +80,6 @@ class Runner:
             shipped.append(backend_file)
         self.expectations = Expectations.load_all(
             ([config.expectations] if config.expectations else []) + shipped)
-        #: The same scenarios on a second backend, each on its own pool (None: no comparison).
-        self.comparison: Runner | None = None
-        compare = config.comparison_backend(self.backend.custom)
-        if pool is not None and config.compare_backend == "auto":
-            compare = ""  # under torchrun: one set of ranks, no second pool to compare on
-        if compare and config.runs_scenarios():
-            if pool is not None:
-                raise UsageError("--compare-backend runs a second rank pool: not under torchrun")
-            if resolve_backend(compare).name == self.backend.name:
-                raise UsageError(f"--compare-backend {compare}: that is the backend under test")
-            self.comparison = Runner(dataclasses.replace(
-                config, backend=compare, device=self.device_kind, collectives="off",
-                compare_backend="none", expectations=None))
         preload = [*config.candidates, *(["reference"] if config.compare_with_reference else [])]
         self.pool: Pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
                                            fresh=config.pool == "fresh", spare=config.spare,
@@ -99,30 +87,20 @@ class Runner:
         #: What the backend declined in this run's collective checks (its words).
         self.declined: dict[BackendFeature, str] = {}
         #: The last scenario's records on this runner (None: it produced none).
-        self.last_records: dict[int, RankRecord] | None = None
-        self._oracles: dict[str, OracleRecord] = {}
-        #: Computes a scenario's oracles while its job runs on the ranks (the parent waits
-        #: on sockets then; torch releases the GIL in its kernels).
-        self._oracle_thread = ThreadPoolExecutor(1, thread_name_prefix="ddp-oracle")
-        self._references: dict[str, dict[int, RankRecord] | None] = {}
-        #: Reference runs made for comparison and not yet used as the reference candidate's
-        #: own case: taken once (a later ``--repeat`` runs the reference candidate afresh).
-        self._unclaimed: dict[str, dict[int, RankRecord]] = {}
-        self.reference_notes: dict[str, str] = {}
-        #: The reference DDP's own failed runs (ERROR, TIMEOUT or CRASH, with tracebacks or
-        #: stacks), by scenario id: each makes the cases that needed it say so loudly.
-        self.reference_failures: dict[str, Result] = {}
+        self.last_records: Records | None = None
         #: Where the current case's time goes (see :mod:`ddp_conformance.judge.costs`).
-        self._costs = CostMeter()
+        self.costs = CostMeter()
         #: What candidates left in the ranks (ranks/hygiene.py); the current case's note.
         self.leaks = LeakLedger()
         self._leak_note = ""
+        self.oracles = OracleCache(self.pool, config.world_size)
+        self.references = ReferenceCache(self.pool, config.world_size, self.backend.name,
+                                         self.device_kind, self.leaks)
 
     def close(self) -> None:
-        self._oracle_thread.shutdown(wait=True)
+        """End the run: the oracle thread, then the ranks."""
         try:
-            if self.comparison is not None:
-                self.comparison.close()
+            self.oracles.close()
         finally:
             self.pool.close()
 
@@ -132,27 +110,44 @@ class Runner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def reference_notes(self) -> dict[str, str]:
+        """Why the reference DDP gave no records, by scenario id."""
+        return self.references.notes
+
+    def reference_summary(self) -> list[str]:
+        """The run-level word on the reference DDP (:meth:`ReferenceCache.summary`)."""
+        return self.references.summary()
+
     def candidate_name(self, spec: str) -> str:
         return self.candidates[spec].name
 
     def run_case(self, scenario: Scenario | CollectiveCase, spec: str) -> Result:
         """Run one case: ``scenario`` with candidate ``spec``, or a collective check of the
         backend (``spec`` is then the backend's name)."""
-        started = time.monotonic()
-        self._costs = CostMeter()
+        started = self.start_case()
+        return self.conclude(self.judge_case(scenario, spec), started)
+
+    def start_case(self) -> float:
+        """Open a case's account of costs; its start, for :meth:`conclude`."""
+        self.costs = CostMeter()
         self._leak_note = ""
+        return time.monotonic()
+
+    def judge_case(self, scenario: Scenario | CollectiveCase, spec: str) -> Result:
+        """One case's result, before :meth:`conclude` (between :meth:`start_case` and it)."""
         if isinstance(scenario, CollectiveCase):
-            result = self._run_collective(scenario)
-        else:
-            result = self._run_case(scenario, spec)
-            if self._leak_note:
-                result.notes.append(self._leak_note)
-            self._name_swallowed_options(scenario, spec, result)
-            if self.comparison is not None:
-                with self._costs.timing("comparison"):
-                    self._compare(scenario, spec, result)
+            return self._run_collective(scenario)
+        result = self._run_case(scenario, spec)
+        if self._leak_note:
+            result.notes.append(self._leak_note)
+        self._name_swallowed_options(scenario, spec, result)
+        return result
+
+    def conclude(self, result: Result, started: float) -> Result:
+        """Close the case's account (duration, costs) and apply the run's expectations."""
         result.duration_s = time.monotonic() - started
-        result.costs = self._costs.finish(result.duration_s)
+        result.costs = self.costs.finish(result.duration_s)
         return self.expectations.apply(result)
 
     def _name_swallowed_options(self, scenario: Scenario, spec: str, result: Result) -> None:
@@ -175,6 +170,12 @@ class Runner:
         return Result(scenario.id, self.candidate_name(spec), verdict, self.config.world_size,
                       self.backend.name, self.device_kind, reason=reason)
 
+    def _job(self, scenario: Scenario, spec: str) -> Job:
+        """The job that runs ``scenario`` with candidate ``spec`` on the ranks."""
+        return Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
+                   seed=scenario.seed, scenario=scenario, candidate=spec,
+                   trace=self.config.trace)
+
     def _run_collective(self, case: CollectiveCase) -> Result:
         result = Result(case.id, self.backend.name, Verdict.NA, self.config.world_size,
                         self.backend.name, self.device_kind)
@@ -187,80 +188,84 @@ class Runner:
         job_started = time.perf_counter()
         outcome = self.pool.run(job, self.config.timeout_s)
         # The ranks' collectives and comparisons are the job: charged to "steps".
-        self._costs.add("handover", outcome.handover_s)
-        self._costs.add("steps", time.perf_counter() - job_started - outcome.handover_s)
-        with self._costs.timing("checks"):
+        self.costs.add("handover", outcome.handover_s)
+        self.costs.add("steps", time.perf_counter() - job_started - outcome.handover_s)
+        with self.costs.timing("checks"):
             result = judge_collective(case, result, outcome, self.config.timeout_s)
         feature = FEATURE_CHECKS.get(Op(case.op))
         if feature is not None and result.verdict is Verdict.NA:
             self.declined[feature] = result.reason
         return result
 
-    def _compare(self, scenario: Scenario, spec: str, result: Result) -> None:
-        """Run the case on the comparison backend; record the two side by side."""
-        assert self.comparison is not None
-        other = self.comparison.run_case(scenario, spec)
-        theirs = self.comparison.last_records
-        result.comparison = compare_records(other.backend, other.verdict.value,
-                                            self.last_records, theirs)
-
-    def _run_case(self, scenario: Scenario, spec: str) -> Result:
-        self.last_records = None
+    def not_applicable(self, scenario: Scenario, spec: str) -> str:
+        """Why the case cannot run here ('' if it can): the candidate's backends, what the
+        scenario needs of the backend and the world size, ``--slow``, the candidate's
+        capabilities (when it declares them before it runs)."""
         candidate = self.candidates[spec]
         ws = self.config.world_size
         backend = self.backend.name
         if candidate.backends is not None and backend not in candidate.backends:
-            return self._result(scenario, spec, Verdict.NA,
-                                f"candidate does not support backend {backend}")
+            return f"candidate does not support backend {backend}"
         unsupported = (scenario.unsupported_backend(backend)
                        or backend_lacks(scenario, backend, self.device_kind, self.declined)
                        or scenario.unsupported_world_size(ws)
                        or (SLOW_REASON if scenario.slow and not self.config.slow else ""))
+        if unsupported or candidate.late_capabilities:
+            return unsupported
+        return missing_capabilities(scenario, candidate.capabilities)
+
+    def _run_case(self, scenario: Scenario, spec: str) -> Result:
+        self.last_records = None
+        unsupported = self.not_applicable(scenario, spec)
         if unsupported:
             return self._result(scenario, spec, Verdict.NA, unsupported)
-        if not candidate.late_capabilities:
-            missing = missing_capabilities(scenario, candidate.capabilities)
-            if missing:
-                return self._result(scenario, spec, Verdict.NA, missing)
-        job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
-                  seed=scenario.seed, scenario=scenario, candidate=spec, trace=self.config.trace)
-        shared = self._unclaimed.pop(scenario.id, None) if spec == REFERENCE else None
-        if shared is not None:
-            # The reference already ran this very job as the other candidates' comparison
-            # (same scenario, same trace): its records are this case's.
-            records: dict[int, RankRecord] = shared
-        else:
-            job_started = time.perf_counter()
-            oracles = self._prefetch_oracles(scenario)
-            try:
-                outcome = self.pool.run(job, self.config.timeout_s)
-            finally:
-                job_s = time.perf_counter() - job_started
-                self._collect_oracles(oracles)
-            self._leak_note = self.leaks.record(candidate.name, outcome.hygiene)
-            rank_times = [r.times for r in outcome.results.values() if isinstance(r, RankRecord)]
-            self._costs.add_job(job_s, outcome.handover_s,
-                                rank_times if outcome.status == "done" else [])
-            if outcome.status != "done":
-                return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
-                                  self.config.timeout_s)
-            records = outcome.results
+        records = self.references.claim(scenario.id) if spec == REFERENCE else None
+        if records is None:
+            # (else the reference already ran this very job as the other candidates'
+            # comparison, same scenario, same trace: its records are this case's.)
+            ran = self._run_job(scenario, spec)
+            if isinstance(ran, Result):
+                return ran
+            records = ran
             if spec == REFERENCE and self.config.compare_with_reference \
                     and not any(r.not_applicable for r in records.values()):
-                self._references[scenario.id] = records
+                self.references.keep(scenario.id, records)
         self.last_records = records
         na = {r.not_applicable for r in records.values() if r.not_applicable}
         if na:
             return self._result(scenario, spec, Verdict.NA, "; ".join(sorted(na)))
+        return self._judge(scenario, spec, records)
+
+    def _run_job(self, scenario: Scenario, spec: str) -> Records | Result:
+        """Run the case's job on the ranks, its oracles computed meanwhile: the records,
+        or the ERROR, TIMEOUT or CRASH result of a job that did not finish."""
+        job_started = time.perf_counter()
+        prefetch = self.oracles.prefetch(scenario)
+        try:
+            outcome = self.pool.run(self._job(scenario, spec), self.config.timeout_s)
+        finally:
+            job_s = time.perf_counter() - job_started
+            self.oracles.collect(prefetch, self.costs)
+        self._leak_note = self.leaks.record(self.candidates[spec].name, outcome.hygiene)
+        rank_times = [r.times for r in outcome.results.values() if isinstance(r, RankRecord)]
+        self.costs.add_job(job_s, outcome.handover_s,
+                           rank_times if outcome.status == "done" else [])
+        if outcome.status != "done":
+            return failed_run(self._result(scenario, spec, Verdict.ERROR), outcome,
+                              self.config.timeout_s)
+        return outcome.results
+
+    def _judge(self, scenario: Scenario, spec: str, records: Records) -> Result:
+        """Judge the case's records, group by group, against the oracle and the reference."""
         evidence = Evidence()
         reference = None if scenario.expect_error else self.reference_records(scenario, spec)
         strict = self.config.strict_profile or spec in STRICT_CANDIDATES
         for group in scenario.groups_for(self.config.world_size):
             mine = {r: records[r] for r in group}
             theirs = {r: reference[r] for r in group} if reference is not None else None
-            oracle = self.oracle(scenario, group)
+            oracle = self.oracles.oracle(scenario, group, self.costs)
             try:
-                with self._costs.timing("checks"):
+                with self.costs.timing("checks"):
                     judge_group(evidence, scenario, mine, oracle, theirs, strict=strict,
                                 trace=self.config.trace,
                                 strict_messages=self.config.strict_messages)
@@ -272,122 +277,28 @@ class Runner:
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
         result.failures, result.figures, result.checks_run, result.notes = (
             evidence.failures, evidence.figures, evidence.checks, evidence.notes)
-        if scenario.id in self.reference_failures and reference is None:
-            self._without_reference(result, self.reference_failures[scenario.id])
-        elif scenario.id in self.reference_notes:
-            result.notes.append(self.reference_notes[scenario.id])
+        self.references.explain(result, scenario.id, compared=reference is not None)
         if scenario.torch_limit is not None:
-            raised = sorted({r.raised for r in records.values() if r.raised})
-            result.notes.append(
-                f"refused, like torch: {raised[0]}" if raised else
-                "beyond torch: went on where torch refuses (torch: "
-                f"{scenario.torch_limit}), judged on its values against the oracle")
+            result.notes.append(torch_limit_note(scenario, records))
         return result
 
-    def reference_records(self, scenario: Scenario, spec: str) -> dict[int, RankRecord] | None:
+    def reference_records(self, scenario: Scenario, spec: str) -> Records | None:
         """The reference DDP's records for ``scenario`` (run once per run), or None.
 
         None when the candidate is the reference itself, or when the reference could not
         run the scenario (then the reason is kept in :attr:`reference_notes`, and a failed
-        run's result, with its tracebacks, in :attr:`reference_failures`).
+        run's result, with its tracebacks, in the cache's ``failures``).
         """
         if spec == REFERENCE or not self.config.compare_with_reference:
             return None
-        if scenario.id not in self._references:
-            with self._costs.timing("reference"):  # charged to the case that runs it
-                job = Job("scenario", "", self.config.timeout_s + COLLECTIVE_TIMEOUT_MARGIN_S,
-                          seed=scenario.seed, scenario=scenario, candidate=REFERENCE,
-                          trace=self.config.trace)
-                out = self.pool.run(job, self.config.timeout_s)
-                self.leaks.record(REFERENCE, out.hygiene)
-            records: dict[int, RankRecord] | None = out.results if out.status == "done" else None
-            na = sorted({r.not_applicable for r in (records or {}).values() if r.not_applicable})
-            if records is None:
-                failed = failed_run(Result(scenario.id, REFERENCE, Verdict.ERROR,
-                                           self.config.world_size, self.backend.name,
-                                           self.device_kind), out, self.config.timeout_s)
-                self.reference_failures[scenario.id] = failed
-                self.reference_notes[scenario.id] = (
-                    f"the reference DDP could not run it: {failed.verdict.value}: "
-                    f"{failed.reason}")
-            elif na:
-                records = None
-                self.reference_notes[scenario.id] = (
-                    f"the reference DDP does not apply here: {'; '.join(na)}")
-            else:
-                self._unclaimed[scenario.id] = records
-            self._references[scenario.id] = records
-        return self._references[scenario.id]
+        return self.references.records(scenario, self.config.timeout_s,
+                                       self._job(scenario, REFERENCE), self.costs)
 
-    def _without_reference(self, result: Result, failed: Result) -> None:
-        """Make ``result`` say, loudly, that the reference DDP could not run its scenario.
 
-        The checks against the reference were not applied, so a case that otherwise
-        passed is an ERROR (the harness's, not the candidate's: the reason says whose);
-        a FAIL stays a FAIL. Either way the reference's own evidence (its tracebacks,
-        stacks, exit codes) comes with it, each marked as the reference's.
-        """
-        why = (f"the reference DDP could not run this scenario, so the candidate was not "
-               f"compared with it: reference {failed.verdict.value}: {failed.reason}")
-        if result.verdict is Verdict.PASS:
-            result.verdict, result.reason = Verdict.ERROR, why
-        else:
-            result.notes.append(why)
-        mark = "(the reference DDP's, not the candidate's)\n"
-        for rank, text in failed.tracebacks.items():
-            result.tracebacks.setdefault(rank, mark + text)
-        for rank, text in failed.stacks.items():
-            result.stacks.setdefault(rank, mark + text)
-        result.desync = result.desync or failed.desync
-
-    def reference_summary(self) -> list[str]:
-        """The run-level word on the reference DDP: said when it was needed and ran nothing."""
-        asked = len(self._references)
-        ran = sum(records is not None for records in self._references.values())
-        if asked and not ran:
-            return [f"the reference DDP ran none of the {asked} scenario"
-                    f"{'' if asked == 1 else 's'} it was needed for: no case was compared "
-                    f"with it"]
-        return []
-
-    @staticmethod
-    def _oracle_key(scenario: Scenario, group: list[int]) -> str:
-        return f"{scenario.id}@{','.join(map(str, group))}"
-
-    def _prefetch_oracles(self, scenario: Scenario) -> Future[dict[str, OracleRecord]] | None:
-        """Start computing the scenario's missing oracles on the oracle thread (not where
-        rank 0 runs in this process: the oracle seeds torch's global RNG)."""
-        if getattr(self.pool, "in_process", True):
-            return None
-        groups = [g for g in scenario.groups_for(self.config.world_size)
-                  if self._oracle_key(scenario, g) not in self._oracles]
-        if not groups:
-            return None
-        threads = self.pool.threads
-
-        def compute() -> dict[str, OracleRecord]:
-            return {self._oracle_key(scenario, g): run_oracle(scenario, g, torch.device("cpu"),
-                                                              threads) for g in groups}
-
-        return self._oracle_thread.submit(compute)
-
-    def _collect_oracles(self, future: Future[dict[str, OracleRecord]] | None) -> None:
-        """Wait for a prefetch (always: it must not overlap the next case); the wait is
-        the oracle's cost. A failed one is left to :meth:`oracle` to raise where it is
-        needed."""
-        if future is None:
-            return
-        with self._costs.timing("oracle"):
-            try:
-                self._oracles.update(future.result())
-            except Exception:  # noqa: BLE001 - recomputed, and raised, by oracle() if needed
-                pass
-
-    def oracle(self, scenario: Scenario, group: list[int]) -> OracleRecord:
-        """The oracle of ``scenario`` for one DDP group (computed once per run)."""
-        key = self._oracle_key(scenario, group)
-        if key not in self._oracles:
-            device = torch.device("cpu")  # the oracle's models are small; see SPEC.md
-            with self._costs.timing("oracle"):  # charged to the case that computes it
-                self._oracles[key] = run_oracle(scenario, group, device, self.pool.threads)
-        return self._oracles[key]
+def torch_limit_note(scenario: Scenario, records: Records) -> str:
+    """The note of a scenario beyond one of torch's limits: the candidate refused it like
+    torch (what it raised), or went on and was judged on its values."""
+    raised = sorted({r.raised for r in records.values() if r.raised})
+    return (f"refused, like torch: {raised[0]}" if raised else
+            "beyond torch: went on where torch refuses (torch: "
+            f"{scenario.torch_limit}), judged on its values against the oracle")

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ddp_conformance.backend_comparison import runner_for
 from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.catalog.loader import keyword_matcher, load_catalog, load_collectives
 from ddp_conformance.catalog.scenario import Scenario
@@ -43,7 +44,6 @@ from ddp_conformance.ranks.sanity import BackendInsane, check_backend
 from ddp_conformance.report.coverage import discard_stale
 from ddp_conformance.report.files import ReportFiles, check_writable
 from ddp_conformance.report.stream import ResultsWriter, run_info
-from ddp_conformance.runner import Runner
 
 #: (scenario, candidate spec), or (collective check, backend name).
 Case = tuple[Scenario | CollectiveCase, str]
@@ -65,7 +65,7 @@ class Session:
 
     def __init__(self, config: RunConfig, pool: Pool | None = None, repeats: int = 1) -> None:
         self.config = config
-        self.runner = Runner(config, pool=pool)
+        self.runner = runner_for(config, pool=pool)
         self.stability = Stability(repeats)
         self.results: list[Result] = []
         self.writer: ResultsWriter | None = None

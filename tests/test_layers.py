@@ -16,7 +16,7 @@ LAYERS: list[set[str]] = [
     {"ranks"},
     {"judge", "collectives"},
     {"report", "bench"},
-    {"runner"},
+    {"runner", "oracle_cache", "reference_cache", "backend_comparison"},
     {"session", "deadline", "fuzz", "repro"},
     {"cli", "pytest_plugin", "pytest_items", "pytest_coverage", "__main__", "__init__"},
 ]
