@@ -21,7 +21,7 @@ from tabulate import tabulate
 
 from ddp_conformance.bench.command import add_parser as add_bench_parser
 from ddp_conformance.catalog.loader import load_catalog
-from ddp_conformance.deadline import CloseDeadline
+from ddp_conformance.deadline import CLOSE_DEADLINE_S
 from ddp_conformance.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -30,12 +30,13 @@ from ddp_conformance.errors import (
     PoolError,
     UsageError,
 )
+from ddp_conformance.interruption import RUN_SIGNALS, RunGuard
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import CLI, add_to_argparse, at_least_one, positive, run_config
 from ddp_conformance.ranks.sanity import BackendInsane
 from ddp_conformance.report.command import add_parser as add_report_parser
 from ddp_conformance.report.common import count_verdicts, verdict_matrix
-from ddp_conformance.session import Session
+from ddp_conformance.session import Case, Session
 
 if TYPE_CHECKING:  # fuzz imports hypothesis: loaded by the fuzz command only
     from ddp_conformance.config import RunConfig
@@ -188,7 +189,6 @@ def reproducer(finding: Finding, args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     config = run_config(lambda dest: getattr(args, dest), CLI)
-    repeats: int = args.ddp_repeat
     from ddp_conformance.ranks.torchrun import torchrun_pool
 
     follower_coverage = _torchrun_coverage(config, args.ddp_report_dir)
@@ -197,15 +197,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if follower_coverage is not None:
             follower_coverage.stop()  # saved for the leader to combine
         return pool
-    session = Session(config, pool=pool, repeats=repeats)
-    interrupted: Interrupted | None = None
-    deadline = CloseDeadline(session, args.ddp_report_dir)
-    try:
+    session = Session(config, pool=pool, repeats=args.ddp_repeat)
+    started, cases = time.monotonic(), []
+    # SIGINT and SIGTERM until the reports are written; the first starts the close deadline.
+    with RunGuard(session, RUN_SIGNALS, args.ddp_report_dir, CLOSE_DEADLINE_S) as guard:
         cases = session.select(args.ddp_keyword)
-        session.planned = len(cases) * repeats
+        session.planned = len(cases) * args.ddp_repeat
         info = session.open_reports(args.ddp_report_dir)
-        # SIGINT and SIGTERM, until the reports are written; the first starts the watchdog.
-        session.catch_signals(handler=deadline.on_signal)
         out.write(f"ddp-conformance: {len(cases)} cases, {config.world_size} ranks, "
                   f"{session.runner.backend.name}/{session.runner.device_kind}, pool {config.pool}, "
                   f"torch {info['torch']}{comparison_clause(config, session)}\n")
@@ -214,47 +212,59 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             session.start()
             out.write(f"started {config.world_size} rank processes in "
                       f"{time.monotonic() - started:.1f}s\n")
-        for repeat in range(repeats):
-            if repeats > 1:
-                out.write(f"--- repeat {repeat + 1}/{repeats}\n")
-            for i, (scenario, spec) in enumerate(cases, 1):
-                session.run_case(scenario, spec, repeat,
-                                 on_result=functools.partial(write_progress, out, i, len(cases)))
-            if repeats > 1:
-                session.probe_memory(repeat)
-    except Interrupted as exc:
-        interrupted = exc
-        session.interrupt(exc)  # marked incomplete, every rank ended at once
-    finally:
-        reporting = session.writer is not None
-        try:
-            notes = session.close()
-        finally:
-            session.restore_signals()
-            deadline.cancel()
-    if interrupted is None and session.received is not None:
-        # It came while the reports of the finished run were written: they are complete.
-        print(f"ddp-conformance: {session.received} at the end of the run; reports in "
-              f"{os.path.abspath(args.ddp_report_dir)}", file=sys.stderr)
-        return session.received.exit_code
-    if interrupted is not None:
-        where = (f"partial reports in {os.path.abspath(args.ddp_report_dir)}" if reporting
-                 else "no reports written")
-        print(f"ddp-conformance: {session.incomplete}; {where}", file=sys.stderr)
-        return interrupted.exit_code
+        run_cases(session, cases, args.ddp_repeat, out,
+                  maxfail=1 if args.ddp_exitfirst else args.ddp_maxfail)
+    ending = guard.ending()
+    if ending is not None:  # a signal ended the run, or came while its reports were written
+        print(ending[0], file=sys.stderr)
+        return ending[1]
+    return conclude_run(session, guard.notes, len(cases), started, args, out)
+
+
+def run_cases(session: Session, cases: list[Case], repeats: int, out: TextIO,
+              maxfail: int | None = None) -> None:
+    """Every case ``repeats`` times, with a progress line each (and the ranks' memory
+    after each repeat, when there are several); with ``maxfail``, stop once that many
+    verdicts were unexpected, the run marked incomplete with how many cases were not run."""
+    done = 0
+    for repeat in range(repeats):
+        if repeats > 1:
+            out.write(f"--- repeat {repeat + 1}/{repeats}\n")
+        for i, (scenario, spec) in enumerate(cases, 1):
+            session.run_case(scenario, spec, repeat,
+                             on_result=functools.partial(write_progress, out, i, len(cases)))
+            done += 1
+            failed = sum(r.verdict.unexpected for r in session.results)
+            if maxfail is not None and failed >= maxfail:
+                left = len(cases) * repeats - done
+                session.incomplete = (f"stopped after {failed} unexpected verdict"
+                                      f"{'' if failed == 1 else 's'} (--maxfail {maxfail}): "
+                                      f"{left} of {len(cases) * repeats} cases not run")
+                return
+        if repeats > 1:
+            session.probe_memory(repeat)
+
+
+def conclude_run(session: Session, notes: list[str], planned: int, started: float,
+                 args: argparse.Namespace, out: TextIO) -> int:
+    """The end of a run that was not interrupted: notes, stability, the verdict matrix of
+    the last repeat, the counts; exit 1 if anything failed unexpectedly, else 0."""
+    repeats = args.ddp_repeat
     for note in notes:
         out.write(f"warning: {note}\n")
     if repeats > 1:
         out.write(f"stability over {repeats} repeats: {len(session.stability.flaky())} flaky "
                   "case(s); rank memory, resident / peak MiB after each repeat:\n")
         out.write(tabulate(session.stability.memory_rows(),
-                           ["repeat", *(f"rank {r}" for r in range(config.world_size))],
+                           ["repeat", *(f"rank {r}" for r in range(session.config.world_size))],
                            tablefmt="simple") + "\n")
-    out.write(summary_table(session.results[-len(cases):]) + "\n")
+    out.write(summary_table(session.results[-planned:]) + "\n")
     counts = count_verdicts(session.results)
     out.write(", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
               + f" in {time.monotonic() - started:.1f}s; reports in "
               f"{os.path.abspath(args.ddp_report_dir)}\n")
+    if session.incomplete is not None:  # --maxfail: the run stopped early
+        out.write(f"ddp-conformance: {session.incomplete}\n")
     return EXIT_FAILED if session.failed() else EXIT_OK
 
 

@@ -1,11 +1,11 @@
 """The deadline of an interrupted run: after SIGTERM or SIGINT, ``ddp-conformance run``
 ends within :data:`CLOSE_DEADLINE_S` of the first signal, whatever it was doing.
 
-:class:`CloseDeadline` is the run's signal handler: the first signal starts a watchdog
-thread, then goes to :meth:`Session.on_signal <ddp_conformance.session.Session.on_signal>`
-(which interrupts the case, or lets the reports being written finish). The run cancels
-the watchdog once its ranks are ended and its reports written. Otherwise, at the
-deadline, the watchdog abandons the report set (:meth:`ReportFiles.abandon
+:class:`CloseDeadline` is the watchdog the run's
+:class:`~ddp_conformance.interruption.RunGuard` starts on the first signal (which then
+interrupts the case, or lets the reports being written finish). The guard cancels it once
+the ranks are ended and the reports written. Otherwise, at the deadline, the watchdog
+abandons the report set (:meth:`ReportFiles.abandon
 <ddp_conformance.report.files.ReportFiles.abandon>`: the file being written is removed,
 nothing more is renamed into place, so every report file is whole or absent), says in
 one line which files were written and which were not, and ends the process with the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddp_conformance.errors import Interrupted
 from ddp_conformance.report import HTML_FILE, JUNIT_FILE, RESULTS_FILE, SUMMARY_FILE
@@ -33,7 +33,7 @@ REPORT_FILES = (SUMMARY_FILE, JUNIT_FILE, HTML_FILE)
 
 
 class CloseDeadline:
-    """The signal handler with a watchdog (see the module docstring)."""
+    """The watchdog of an interrupted run (see the module docstring)."""
 
     def __init__(self, session: Session, report_dir: str,
                  deadline_s: float = CLOSE_DEADLINE_S) -> None:
@@ -43,14 +43,13 @@ class CloseDeadline:
         self.signal: Interrupted | None = None
         self._timer: threading.Timer | None = None
 
-    def on_signal(self, signum: int, frame: Any = None) -> None:
-        """Start the watchdog (on the first signal only), then the session's handler."""
+    def start(self, signal: Interrupted) -> None:
+        """Start the watchdog (on the first signal only: later calls change nothing)."""
         if self._timer is None:
-            self.signal = Interrupted(signum)
+            self.signal = signal
             self._timer = threading.Timer(self.deadline_s, self.give_up)
             self._timer.daemon = True
             self._timer.start()
-        self.session.on_signal(signum, frame)
 
     def cancel(self) -> None:
         """The run ended in time: no watchdog (idempotent)."""

@@ -145,6 +145,11 @@ OPTIONS: tuple[Option, ...] = (
            "(default reports/)", default="reports", metavar="DIR", routes=frozenset({CLI})),
     Option("repeat", "run everything N times; report flaky cases and rank memory growth",
            default=1, type=int, metavar="N", routes=frozenset({CLI}), check=at_least_one("repeat")),
+    Option("maxfail", "stop after N unexpected verdicts (FAIL, ERROR, TIMEOUT, CRASH), the "
+           "reports written for the cases run", type=int, metavar="N", routes=frozenset({CLI}),
+           check=at_least_one("maxfail")),
+    Option("exitfirst", "stop at the first unexpected verdict (--maxfail 1)", action="store_true",
+           default=False, routes=frozenset({CLI}), cli_flags=("-x",)),
     Option("durations", "list the N slowest cases and where their time went in summary.md "
            "(default 10; 0: every case)", default=10, type=int, metavar="N",
            config_field="durations", routes=frozenset({CLI}), check=not_negative("durations")),

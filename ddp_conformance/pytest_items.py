@@ -23,7 +23,7 @@ from __future__ import annotations
 import signal
 import warnings
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -32,6 +32,9 @@ from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import Interrupted, UsageError
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import PYTEST, run_config
+
+if TYPE_CHECKING:
+    from ddp_conformance.interruption import RunGuard
 
 _SESSION_KEY = pytest.StashKey["PytestSession"]()
 
@@ -47,6 +50,8 @@ class PytestSession:
         self.pytest_config = config
         self._session: Any = None
         self._error: str | None = None
+        #: The session's end: SIGTERM, interruption, closing (made with the session).
+        self.guard: RunGuard | None = None
         #: Whether a conformance item is running (a signal then interrupts its case).
         self.in_case = False
 
@@ -55,11 +60,15 @@ class PytestSession:
         if self._error:
             raise pytest.UsageError(self._error)
         if self._session is None:
+            from ddp_conformance.interruption import RunGuard
             from ddp_conformance.session import Session
 
             try:
                 config = run_config(self.pytest_config.getoption, PYTEST)
                 self._session = Session(config)
+                # SIGTERM only (pytest turns SIGINT into KeyboardInterrupt itself), from the
+                # first conformance item on; no close deadline: pytest ends its own session.
+                self.guard = RunGuard(self._session, (signal.SIGTERM,), handler=self._on_sigterm)
                 if config.coverage:  # before any rank starts; the controller combines
                     from ddp_conformance.pytest_coverage import report_dir
 
@@ -71,22 +80,24 @@ class PytestSession:
         return self._session
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.restore_signals()
-            self._session.close()
+        if self.guard is not None:
+            self.guard.restore()
+            self.guard.close()
 
     def catch_sigterm(self) -> None:
         """From now until the session finishes, SIGTERM ends the run (see the module
         docstring); idempotent."""
-        self.session.catch_signals((signal.SIGTERM,), handler=self._on_sigterm)
+        if self.session is not None and self.guard is not None:
+            self.guard.catch()
 
     def restore_signals(self) -> None:
-        if self._session is not None:
-            self._session.restore_signals()
+        if self.guard is not None:
+            self.guard.restore()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        assert self.guard is not None
         try:
-            self.session.on_signal(signum, frame)
+            self.guard.on_signal(signum, frame)
         except Interrupted as exc:
             if self.in_case:
                 raise  # the item ends the run, once its case is out of the ranks' hands
@@ -94,27 +105,32 @@ class PytestSession:
 
     def stop(self, exc: Interrupted) -> NoReturn:
         """End the ranks at once and the pytest run with ``exc``'s exit code."""
-        self.session.interrupt(exc)
+        assert self.guard is not None
+        self.guard.interrupt(exc)
         self.exit()
 
     def exit(self) -> NoReturn:
         """End the pytest run of an interrupted session (again, if pytest went on)."""
-        session = self.session
-        code = session.received.exit_code if session.received is not None else 1
-        pytest.exit(f"ddp-conformance: {session.incomplete}", returncode=code)
+        assert self.guard is not None
+        received = self.guard.received
+        code = received.exit_code if received is not None else 1
+        pytest.exit(f"ddp-conformance: {self.session.incomplete}", returncode=code)
 
     def finish(self, session: pytest.Session) -> None:
         """At pytest's session end: SIGTERM is pytest's own again; if one came and its
         exit was lost, the ranks end now and pytest exits 143 all the same."""
         self.restore_signals()
-        ours = self._session
-        if ours is not None and ours.coverage is not None and ours.received is None:
-            ours.close()  # ranks exit and save before the controller combines
-        if ours is None or ours.received is None or ours.received.signum != signal.SIGTERM:
+        ours, guard = self._session, self.guard
+        if ours is None or guard is None:
             return
-        if ours.incomplete is None:
-            ours.interrupt(ours.received)
-        session.exitstatus = ours.received.exit_code
+        if ours.coverage is not None and guard.received is None:
+            guard.close()  # ranks exit and save before the controller combines
+        received = guard.received
+        if received is None or received.signum != signal.SIGTERM:
+            return
+        if guard.taken is None:
+            guard.interrupt(received)
+        session.exitstatus = received.exit_code
 
 
 class _Hooks:
@@ -211,7 +227,7 @@ class ConformanceItem(pytest.Item):
     def runtest(self) -> None:
         holder = _holder(self.config)
         holder.catch_sigterm()
-        if holder.session.incomplete is not None:
+        if holder.guard is not None and holder.guard.taken is not None:
             holder.exit()  # interrupted, and pytest went on: its exit was lost
         holder.in_case = True
         try:
@@ -219,7 +235,8 @@ class ConformanceItem(pytest.Item):
         except Interrupted as exc:
             holder.stop(exc)
         except KeyboardInterrupt:  # pytest's SIGINT: end the ranks now, pytest does the rest
-            holder.session.interrupt(Interrupted(signal.SIGINT))
+            assert holder.guard is not None
+            holder.guard.interrupt(Interrupted(signal.SIGINT))
             raise
         finally:
             holder.in_case = False

@@ -7,27 +7,14 @@ the run has to say at its end (:meth:`Session.notes`): expectations that match n
 scenarios the reference DDP could not run, flaky cases, rank memory growth. The command
 line and the plugin differ only in how they present it.
 
-Signals (SPEC.md, "Hangs and faults": SIGINT/SIGTERM leave partial reports and no process
-behind): between :meth:`Session.catch_signals` and :meth:`Session.restore_signals`, a
-signal raises :class:`~ddp_conformance.errors.Interrupted` in the main thread, wherever it
-is (usually waiting for the ranks), except while a finished case is being recorded: then
-it is raised once the case is recorded, so that the reports hold whole cases only. The
-caller then calls :meth:`Session.interrupt` (the run is marked incomplete and the ranks
-are ended at once) and :meth:`Session.close` (the report set of the finished cases).
-Further signals are ignored: ending must not be cut short. An exception raised by a
-handler can be lost (Python only prints one raised while a finalizer, ``__del__``, runs):
-so until :meth:`Session.interrupt` took it, the next case raises it again, and so does a
-further signal :data:`REPEAT_GRACE_S` after it was raised.
+Signals, interruption and the end of the run are the session's
+:class:`~ddp_conformance.interruption.RunGuard` (:attr:`Session.guard`): a recorded case
+is whole in every record or in none, and an interrupted run ends its ranks at once.
 """
 from __future__ import annotations
 
 import functools
-import inspect
-import signal
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ddp_conformance.backend_comparison import runner_for
@@ -35,7 +22,8 @@ from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.catalog.loader import keyword_matcher, load_catalog, load_collectives
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.config import RunConfig
-from ddp_conformance.errors import Interrupted, UsageError
+from ddp_conformance.errors import UsageError
+from ddp_conformance.interruption import RunGuard
 from ddp_conformance.judge.stability import Stability
 from ddp_conformance.judge.verdict import Result
 from ddp_conformance.ranks.coverage_hook import ParentCoverage, clear_data, setup_for
@@ -47,18 +35,6 @@ from ddp_conformance.report.stream import ResultsWriter, run_info
 
 #: (scenario, candidate spec), or (collective check, backend name).
 Case = tuple[Scenario | CollectiveCase, str]
-
-#: A further signal this soon after :class:`Interrupted` was raised is the same request
-#: (the exception is on its way out); later, the first is taken for lost and raised again.
-REPEAT_GRACE_S = 5.0
-
-
-def interrupted_reason(exc: Interrupted, done: int, planned: int | None) -> str:
-    """E.g. "interrupted by SIGTERM after 12 of 128 cases"."""
-    if planned is not None:
-        return f"{exc} after {done} of {planned} cases"
-    return f"{exc} after {done} case{'' if done == 1 else 's'}"
-
 
 class Session:
     """One conformance run (see the module docstring)."""
@@ -77,11 +53,9 @@ class Session:
         self.planned: int | None = None
         #: Why the reports hold fewer cases than planned (None: a complete run).
         self.incomplete: str | None = None
-        #: The first signal received while caught (None: none).
-        self.received: Interrupted | None = None
-        self._recording = False
-        self._raised_at = float("-inf")
-        self._handlers: dict[int, Any] = {}
+        #: Signals, interruption and the end of the run (an inert guard until a front end
+        #: makes its own: :class:`~ddp_conformance.interruption.RunGuard`).
+        self.guard = RunGuard(self)
         self._end_warnings: list[str] = []
         #: ``--coverage``: this process's measurement (ranks inherit it), once reports open.
         self.coverage: ParentCoverage | None = None
@@ -178,7 +152,7 @@ class Session:
         A caught signal interrupts the case itself; one that arrives while the result is
         recorded is raised after ``on_result``: a case is either in every record or in none.
         """
-        self.check_interrupted()
+        self.guard.check()
         if self._backend_sane is None:  # before the first case: BackendInsane ends the run
             try:
                 check_backend(self.runner.pool, self.runner.backend.name,
@@ -190,14 +164,14 @@ class Session:
             raise self._backend_sane
         result = self.runner.run_case(scenario, spec)
         result.repeat = repeat
-        with self._deferring_signals():
+        with self.guard.deferring():
             self.results.append(result)
             self.stability.add(result)
             if self.writer is not None:
                 self.writer.add(result)
             if on_result is not None:
                 on_result(result)
-        self.check_interrupted()
+        self.guard.check()
         return result
 
     def probe_memory(self, repeat: int) -> None:
@@ -212,76 +186,10 @@ class Session:
             self.memory_warnings.append(f"rank memory not measured after repeat {repeat + 1}: "
                                         f"{first}")
 
-    # -- signals ----------------------------------------------------------------------
-
-    def catch_signals(self, signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM),
-                      handler: Callable[[int, Any], None] | None = None) -> bool:
-        """Until :meth:`restore_signals`, ``signals`` raise :class:`Interrupted` (see the
-        module docstring); ``handler`` replaces :meth:`on_signal` (it should call it).
-        Returns False, changing nothing, outside the main thread (Python delivers signals
-        there only)."""
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        for signum in signals:
-            if signum not in self._handlers:
-                self._handlers[signum] = signal.signal(signum, handler or self.on_signal)
-        return True
-
-    def restore_signals(self) -> None:
-        """Put back the handlers :meth:`catch_signals` replaced (idempotent)."""
-        while self._handlers:
-            signum, previous = self._handlers.popitem()
-            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
-
-    def on_signal(self, signum: int, frame: Any = None) -> None:
-        """The handler: the first signal raises :class:`Interrupted` (held back while a
-        finished case is recorded or the reports are written); a later one is ignored,
-        unless the first was lost (see the module docstring)."""
-        if self.incomplete is not None:
-            return  # interrupt() took it: the run is ending
-        if self.received is None:
-            self.received = Interrupted(signum)
-        elif time.monotonic() - self._raised_at < REPEAT_GRACE_S:
-            return  # the first is on its way out
-        self._raise_received()
-
-    def check_interrupted(self) -> None:
-        """Raise :class:`Interrupted` if a caught signal has not been taken by
-        :meth:`interrupt` yet (a checkpoint: the run went on, so its exception was lost)."""
-        if self.received is not None and self.incomplete is None:
-            self._raise_received()
-
-    def _raise_received(self) -> None:
-        if self._recording or self.received is None:
-            return  # raised by the next checkpoint, once the case is recorded
-        self._raised_at = time.monotonic()
-        raise Interrupted(self.received.signum)
-
-    @contextmanager
-    def _deferring_signals(self) -> Iterator[None]:
-        """While inside, a caught signal is held back (see :meth:`on_signal`)."""
-        outer, self._recording = self._recording, True
-        try:
-            yield
-        finally:
-            self._recording = outer
-
-    def interrupt(self, exc: Interrupted) -> None:
-        """After ``exc``: mark the run incomplete and end the ranks at once (the reports of
-        the finished cases follow in :meth:`close`)."""
-        if self.received is None:
-            self.received = exc
-        self.incomplete = interrupted_reason(exc, len(self.results), self.planned)
-        self.end_ranks_now()
-
     def end_ranks_now(self) -> None:
-        """Kill the ranks without the polite goodbye (a pool without ``force`` closes as it
-        can: torchrun's tells its followers to stop)."""
-        close = self.runner.pool.close
-        if "force" in inspect.signature(close).parameters:
-            self._quietly(functools.partial(close, force=True))
-        else:
-            self._quietly(close)
+        """Kill the ranks without the polite goodbye (an interrupted run: a failure to
+        end them becomes a note; torchrun's pool tells its followers to stop)."""
+        self._quietly(functools.partial(self.runner.pool.close, force=True))
 
     def _quietly(self, end: Callable[[], object]) -> None:
         """``end()`` while ending an interrupted run: a failure becomes a note. (A pool
@@ -320,6 +228,8 @@ class Session:
         notes += [f"memory growth: rank {rank}: {what}"
                   for rank, what in self.stability.growth().items()]
         notes += self.runner.leaks.notes()
+        endings = getattr(self.runner.pool, "endings", None)  # the fail-fast rule's count
+        notes += endings.notes() if endings is not None else []
         return notes + self.memory_warnings + self._end_warnings
 
     def failed(self) -> bool:
@@ -328,15 +238,15 @@ class Session:
                 or bool(self.stability.flaky()) or bool(self.stability.growth()))
 
     def close(self) -> list[str]:
-        """End the ranks and write the report set (once), marked incomplete after
-        :meth:`interrupt`; return the notes. A signal caught meanwhile does not cut it
-        short (it stays in :attr:`received`). After a failed write to ``results.jsonl``
+        """End the ranks and write the report set (once), marked incomplete after an
+        interruption (:attr:`incomplete`); return the notes. A signal caught meanwhile does
+        not cut it short (the guard holds it). After a failed write to ``results.jsonl``
         (:class:`~ddp_conformance.errors.ReportDirError`) only the ranks are ended."""
         notes = self.notes()
         if self._closed:
             return notes
         self._closed = True
-        with self._deferring_signals():
+        with self.guard.deferring():
             if self.coverage is not None:
                 self._close_coverage()
             try:

@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"judge", "collectives"},
     {"report", "bench"},
     {"runner", "oracle_cache", "reference_cache", "backend_comparison"},
-    {"session", "deadline", "fuzz", "repro"},
+    {"session", "interruption", "deadline", "fuzz", "repro"},
     {"cli", "pytest_plugin", "pytest_items", "pytest_coverage", "__main__", "__init__"},
 ]
 

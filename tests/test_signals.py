@@ -27,7 +27,8 @@ import pytest
 from ddp_conformance.config import RunConfig
 from ddp_conformance.deadline import CLOSE_DEADLINE_S
 from ddp_conformance.errors import EXIT_SIGINT, EXIT_SIGTERM, Interrupted
-from ddp_conformance.session import REPEAT_GRACE_S, Session
+from ddp_conformance.interruption import REPEAT_GRACE_S, RUN_SIGNALS, RunGuard
+from ddp_conformance.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "ddp_conformance.ranks.worker"
@@ -46,58 +47,76 @@ PYTEST_PASSED = re.compile(r"::(\S+) PASSED")
 
 
 @pytest.fixture
-def session() -> Iterator[Session]:
-    """A session whose ranks never start (the pool starts on the first case)."""
-    made = Session(RunConfig())
+def guard() -> Iterator[RunGuard]:
+    """The guard of a session whose ranks never start (the pool starts on the first case)."""
+    made = RunGuard(Session(RunConfig()), RUN_SIGNALS)
     try:
         yield made
     finally:
-        made.restore_signals()
+        made.restore()
         made.close()
 
 
-def test_signals_are_caught_for_the_run_only(session: Session) -> None:
+def test_signals_are_caught_for_the_run_only(guard: RunGuard) -> None:
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    assert session.catch_signals()
-    assert all(signal.getsignal(s) == session.on_signal for s in before)
-    session.restore_signals()
+    assert guard.session.guard is guard
+    assert guard.catch()
+    assert all(signal.getsignal(s) == guard.on_signal for s in before)
+    guard.restore()
     assert {s: signal.getsignal(s) for s in before} == before
     caught: list[bool] = []
-    thread = threading.Thread(target=lambda: caught.append(session.catch_signals()))
+    thread = threading.Thread(target=lambda: caught.append(guard.catch()))
     thread.start()
     thread.join(10)
     assert caught == [False]  # Python delivers signals to the main thread only
 
 
 def test_an_interrupt_is_raised_until_taken_then_further_signals_are_ignored(
-        session: Session) -> None:
+        guard: RunGuard) -> None:
     with pytest.raises(Interrupted) as first:
-        session.on_signal(signal.SIGTERM)
+        guard.on_signal(signal.SIGTERM)
     assert first.value.exit_code == EXIT_SIGTERM == 143 and str(first.value) == \
         "interrupted by SIGTERM"
-    session.on_signal(signal.SIGINT)  # right after: the same request, on its way out
+    guard.on_signal(signal.SIGINT)  # right after: the same request, on its way out
     # Lost (raised inside a finalizer, say): the next case raises it again ...
     with pytest.raises(Interrupted):
-        session.check_interrupted()
+        guard.check()
     # ... and so does a further signal once the grace has passed.
-    session._raised_at -= REPEAT_GRACE_S
+    guard._raised_at -= REPEAT_GRACE_S
     with pytest.raises(Interrupted) as again:
-        session.on_signal(signal.SIGINT)
+        guard.on_signal(signal.SIGINT)
     assert again.value.signum == signal.SIGTERM  # the first signal decides the exit code
-    session.planned = 128
-    session.interrupt(again.value)
-    assert session.incomplete == "interrupted by SIGTERM after 0 of 128 cases"
-    session._raised_at -= REPEAT_GRACE_S
-    session.on_signal(signal.SIGTERM)  # taken: the run is ending, nothing cuts it short
-    session.check_interrupted()
+    guard.session.planned = 128
+    guard.interrupt(again.value)
+    assert guard.session.incomplete == "interrupted by SIGTERM after 0 of 128 cases"
+    guard._raised_at -= REPEAT_GRACE_S
+    guard.on_signal(signal.SIGTERM)  # taken: the run is ending, nothing cuts it short
+    guard.check()
 
 
-def test_a_signal_while_a_case_is_recorded_comes_after_it(session: Session) -> None:
-    with session._deferring_signals():
-        session.on_signal(signal.SIGINT)  # held back: the case is half recorded
+def test_a_signal_while_a_case_is_recorded_comes_after_it(guard: RunGuard) -> None:
+    with guard.deferring():
+        guard.on_signal(signal.SIGINT)  # held back: the case is half recorded
     with pytest.raises(Interrupted) as info:
-        session.check_interrupted()
+        guard.check()
     assert info.value.exit_code == EXIT_SIGINT == 1
+
+
+def test_the_guard_takes_the_interruption_that_ends_its_block_and_closes(
+        tmp_path: Path) -> None:
+    session = Session(RunConfig())
+    with RunGuard(session, RUN_SIGNALS, str(tmp_path)) as guard:
+        session.planned = 3
+        assert signal.getsignal(signal.SIGTERM) == guard.on_signal
+        guard.on_signal(signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) != guard.on_signal  # restored
+    assert guard.taken is not None and session._closed
+    assert guard.ending() == ("ddp-conformance: interrupted by SIGTERM after 0 of 3 cases; "
+                              "no reports written", 143)
+    quiet = RunGuard(Session(RunConfig()), RUN_SIGNALS, str(tmp_path))
+    with pytest.raises(ValueError), quiet:
+        raise ValueError("not an interruption: it goes on, after closing")
+    assert quiet.session._closed and quiet.ending() is None
 
 
 def rank_pids(parent: int) -> list[int]:
@@ -394,9 +413,9 @@ def test_sigterm_while_a_large_failing_run_writes_its_reports_ends_it_in_time(
 #: longer is). Real signal, real watchdog, real files; no rank.
 SLOW_REPORT = """
 import os, signal, sys, time
-from ddp_conformance.config import RunConfig
-from ddp_conformance.deadline import CloseDeadline
 from ddp_conformance.errors import Interrupted
+from ddp_conformance.config import RunConfig
+from ddp_conformance.interruption import RUN_SIGNALS, RunGuard
 from ddp_conformance.report.files import ReportFiles
 from ddp_conformance.session import Session
 
@@ -404,13 +423,13 @@ directory = sys.argv[1]
 session = Session(RunConfig())
 session.planned = 7
 session.report_files = files = ReportFiles()
-deadline = CloseDeadline(session, directory, deadline_s=1.0)
-session.catch_signals(handler=deadline.on_signal)
+guard = RunGuard(session, RUN_SIGNALS, directory, deadline_s=1.0)
+guard.catch()
 try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(10)
 except Interrupted as exc:
-    session.interrupt(exc)
+    guard.interrupt(exc)
 files.write_text(os.path.join(directory, "summary.md"), lambda: "# done\\n")
 with files.writing(os.path.join(directory, "junit.xml")) as temp:
     with open(temp, "w") as f:

@@ -37,6 +37,8 @@ def failed_run(result: Result, out: Outcome, timeout_s: float) -> Result:
     if out.desync is not None and out.status in ("crash", "raised"):
         result.reason += f"; {out.desync.summary}"
         result.desync = out.desync.detail
+    if out.not_run:  # the fail-fast rule (ranks/endings.py): the evidence is the first case's
+        result.reason = f"not run: {out.not_run}"
     result.tracebacks, result.stacks, result.exit_codes = out.tracebacks, out.stacks, out.exit_codes
     for rank, log in out.logs.items():
         fatal = result.stacks.get(rank)

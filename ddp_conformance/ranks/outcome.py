@@ -40,6 +40,9 @@ class Outcome:
     communicators: dict[int, CommState] = field(default_factory=dict)
     #: What the job left in each rank that found anything (ranks/hygiene.py).
     hygiene: dict[int, Hygiene] = field(default_factory=dict)
+    #: Why the job was not run at all ('' : it ran): the fail-fast rule
+    #: (:mod:`ddp_conformance.ranks.endings`) gave it its candidate's repeated ending.
+    not_run: str = ""
 
     def record(self, answer: Answer) -> bool:
         """Keep one rank's answer; True when the rank itself failed (a traceback that is

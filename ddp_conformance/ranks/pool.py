@@ -60,6 +60,7 @@ from typing import Any, Protocol
 from ddp_conformance.errors import PoolError
 from ddp_conformance.ranks.communicator import Generations
 from ddp_conformance.ranks.desync import mismatch
+from ddp_conformance.ranks.endings import Endings
 from ddp_conformance.ranks.flight import FlightLog
 from ddp_conformance.ranks.job import CRASH_GRACE_S, CallsFunctions, JobRun
 from ddp_conformance.ranks.leaks import Hygiene
@@ -148,6 +149,8 @@ class RankPool(CallsFunctions):
         self._jobs = 0
         #: Which communicator generation traced jobs may reuse (ranks/communicator.py).
         self.communicators = Generations(enabled=reuse_communicators)
+        #: Each candidate's identical endings before any collective (the fail-fast rule).
+        self.endings = Endings()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -321,7 +324,11 @@ class RankPool(CallsFunctions):
     # -- jobs -------------------------------------------------------------------------
 
     def run(self, job: Job, timeout_s: float) -> Outcome:
-        """Run ``job`` on every rank; never waits longer than ``timeout_s`` plus graces."""
+        """Run ``job`` on every rank; never waits longer than ``timeout_s`` plus graces.
+        A job of a candidate the fail-fast rule cut short is not run (:mod:`.endings`)."""
+        skipped = self.endings.cut(job)
+        if skipped is not None:
+            return skipped
         started = time.monotonic()
         if self.fresh or not self._active:
             self.start()
@@ -347,8 +354,8 @@ class RankPool(CallsFunctions):
         # rank dies of a fatal signal is that rank's Python stack at the moment of death.
         stack_marks = {r.rank: _size(r.stack) for r in ranks}
         watch = JobWatch({r.rank: r.flight for r in ranks}, {r.rank: r.pid for r in ranks},
-                         lambda which: self._dump_stacks([ranks[i] for i in which])) \
-            if job.trace else None
+                         lambda which: self._dump_stacks([ranks[i] for i in which]),
+                         self.endings.hang(job)) if job.trace else None
         for r in ranks:
             try:
                 send(r.conn, RunJob(job))
@@ -364,6 +371,7 @@ class RankPool(CallsFunctions):
         if watch is not None and out.status in ("crash", "raised"):
             watch.read()
             out.desync = mismatch(watch.flights())  # why it died or raised, if they say
+        collectives = watch.launched() if watch is not None else None
         self._gather_stacks(out, [ranks[i] for i in sorted(state.pending)],
                             {rank: (ranks[rank].stack, stack_marks[rank])
                              for rank in out.exit_codes})
@@ -373,6 +381,7 @@ class RankPool(CallsFunctions):
         if ended:  # the pool ended them: charged to the job, with the ranks' own findings
             out.hygiene[min(state.pending)] = Hygiene(ended=tuple(ended))
         self._await_released([ranks[i] for i in state.releasing])
+        self.endings.record(job, out, collectives)
         return out
 
     @staticmethod

@@ -26,6 +26,11 @@ def _main_frames(stack: str) -> tuple[str, list[dict[str, str]]]:
     return current, [m.groupdict() for m in _FRAME.finditer(current)]
 
 
+def main_frames(stack: str) -> list[dict[str, str]]:
+    """The main thread's frames (``path``, ``line``, ``func``), innermost first."""
+    return _main_frames(stack)[1]
+
+
 def _show(f: dict[str, str]) -> str:
     return f"{f['func']} ({os.path.basename(f['path'])}:{f['line']})"
 

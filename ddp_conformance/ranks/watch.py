@@ -19,6 +19,10 @@ thread). One second of quiet is over ten scheduler time slices, so a rank that i
 but starved by a loaded machine still shows CPU time within it; and the whole diagnosis
 then costs about one second, where the deadline it replaces is 60 s by default. Without
 ``/proc`` (not Linux) the CPU condition is unknown and the quiet period is tripled.
+
+The watch also ends a job whose ranks hang exactly where its candidate's first case hung,
+before any collective (:class:`~ddp_conformance.ranks.endings.HangMatcher`, the fail-fast
+rule of :mod:`ddp_conformance.ranks.endings`).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import time
 from collections.abc import Callable
 
 from ddp_conformance.ranks.desync import Desync, diagnose
+from ddp_conformance.ranks.endings import HangMatcher, Streak
 from ddp_conformance.ranks.flight import FlightLog, RankFlight
 from ddp_conformance.ranks.stacks import in_collective
 
@@ -60,10 +65,13 @@ class JobWatch:
     """
 
     def __init__(self, logs: dict[int, FlightLog], pids: dict[int, int],
-                 stacks: Callable[[list[int]], dict[int, str]] | None = None) -> None:
+                 stacks: Callable[[list[int]], dict[int, str]] | None = None,
+                 hang: Streak | None = None) -> None:
         self.logs = logs
         self.pids = pids
         self.stacks = stacks
+        #: A hang this job may repeat (the fail-fast rule, :mod:`.endings`): matched early.
+        self.matcher = HangMatcher(hang, stacks) if hang is not None and stacks else None
         self._untraced: dict[int, str] | None = None
         for log in logs.values():
             log.begin()
@@ -84,9 +92,20 @@ class JobWatch:
         self.read()
         return diagnose(self.flights(), live, gone)
 
+    def launched(self) -> int:
+        """How many collectives the ranks launched in the job so far."""
+        self.read()
+        return sum(len(flight.launches) for flight in self.flights().values())
+
     def poll(self, live: set[int], gone: dict[int, str], now: float) -> Desync | None:
-        """A desync once ``live`` ranks are structurally hung and quiet for the grace."""
-        if self.read() or live != self._live:
+        """A desync once ``live`` ranks are structurally hung and quiet for the grace (or
+        hang where the candidate's first case hung, before any collective)."""
+        moved = self.read()
+        if self.matcher is not None:
+            same = self.matcher.poll(self.flights(), live, now)
+            if same is not None:
+                return same
+        if moved or live != self._live:
             self._restart_quiet(live, now)
             return None
         if now - self._quiet_since < DESYNC_QUIET_S:
