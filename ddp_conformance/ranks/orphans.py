@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Collection
 
 #: The environment variable naming a rank process (pool token and serial), inherited by
 #: everything the rank starts.
@@ -68,8 +69,9 @@ def _describe(pid: int) -> str:
     return f"pid {pid} ({cmd[:60] or '?'})"
 
 
-def descendants(root: int) -> dict[int, str]:
-    """Every process below ``root`` (pid to state letter), from one scan of /proc."""
+def descendants(root: int, skip: Collection[int] = ()) -> dict[int, str]:
+    """Every process below ``root`` (pid to state letter), from one scan of /proc; the
+    processes in ``skip`` and their own descendants left out."""
     children: dict[int, list[tuple[int, str]]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -80,14 +82,15 @@ def descendants(root: int) -> dict[int, str]:
     todo = [root]
     while todo:
         for pid, state in children.get(todo.pop(), []):
-            if pid not in found:
+            if pid not in found and pid not in skip:
                 found[pid] = state
                 todo.append(pid)
     return found
 
 
-def end_descendants() -> list[str]:
-    """End every descendant of this process, reap them; describe those that were running.
+def end_descendants(skip: Collection[int] = ()) -> list[str]:
+    """End every descendant of this process (but the processes in ``skip`` and theirs), reap
+    them; describe those that were running.
 
     Repeats (within :data:`END_DEADLINE_S`) while the tree changes: a process may fork
     between the scan and its end, and the children of an ended process reparent here."""
@@ -97,7 +100,7 @@ def end_descendants() -> list[str]:
     ended: dict[int, str] = {}
     deadline = time.monotonic() + END_DEADLINE_S
     while time.monotonic() < deadline:
-        tree = descendants(me)
+        tree = descendants(me, skip)
         live = [pid for pid, state in tree.items() if state != "Z" and pid not in ended]
         for pid in live:
             ended[pid] = _describe(pid)
@@ -105,7 +108,7 @@ def end_descendants() -> list[str]:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        _reap_children()
+        _reap_children(tree if skip else None)  # the skipped are their caller's to wait for
         if not tree:
             break
         if not live:
@@ -113,8 +116,14 @@ def end_descendants() -> list[str]:
     return list(ended.values())
 
 
-def _reap_children() -> None:
-    while True:
+def _reap_children(only: Collection[int] | None = None) -> None:
+    """Reap every child that ended (of ``only``, when given)."""
+    for pid in only or ():
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    while only is None:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
