@@ -19,6 +19,8 @@ class RunConfig:
     pool: str = "persistent"  # or "fresh"
     #: After the first fault, keep a warm spare process per rank (see ranks/pool.py).
     spare: bool = True
+    #: Run a world size that does not fit the machine (ranks/capacity.py) anyway.
+    allow_oversubscribe: bool = False
     expectations: str | None = None
     #: Also compare every candidate with the reference DDP run on the same scenario.
     compare_with_reference: bool = True

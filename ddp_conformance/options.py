@@ -123,6 +123,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("no-spare", "after a fault, start the replacement ranks when needed instead of "
            "keeping warm spares", action="store_true", default=False, config_field="spare",
            to_config=lambda v: not v),
+    Option("allow-oversubscribe", "run a world size that does not fit this machine (more ranks "
+           "than 8 per core, or than its memory holds) instead of refusing it",
+           action="store_true", default=False, config_field="allow_oversubscribe"),
     Option("expectations", "known deviations of the candidate: scenario-id patterns with "
            "reasons", metavar="FILE", config_field="expectations"),
     Option("strict-profile", "hold every candidate to torch's bucket layout and wire dtype "

@@ -83,7 +83,8 @@ class Runner:
         preload = [*config.candidates, *(["reference"] if config.compare_with_reference else [])]
         self.pool: Pool = pool or RankPool(config.world_size, config.backend, self.device_kind,
                                            fresh=config.pool == "fresh", spare=config.spare,
-                                           preload=list(dict.fromkeys(preload)))
+                                           preload=list(dict.fromkeys(preload)),
+                                           allow_oversubscribe=config.allow_oversubscribe)
         #: What the backend declined in this run's collective checks (its words).
         self.declined: dict[BackendFeature, str] = {}
         #: The last scenario's records on this runner (None: it produced none).

@@ -230,6 +230,7 @@ class Session:
         notes += self.runner.leaks.notes()
         endings = getattr(self.runner.pool, "endings", None)  # the fail-fast rule's count
         notes += endings.notes() if endings is not None else []
+        notes += getattr(self.runner.pool, "notes", [])  # how its ranks start, if it says
         return notes + self.memory_warnings + self._end_warnings
 
     def failed(self) -> bool:

@@ -1,5 +1,5 @@
 """The rank pool: reuse, deadlines, stacks, crashes, released peers, desync diagnosis,
-spare hand-overs, fresh mode."""
+replacements forked from the zygote, spare hand-overs without it, fresh mode."""
 from __future__ import annotations
 
 import os
@@ -204,8 +204,9 @@ def test_without_the_trace_a_desync_waits_for_the_deadline() -> None:
 
 
 def test_replacements_come_from_a_spare_after_the_first_fault() -> None:
-    """The first fault starts processes (and the spares); the next takes the spares."""
-    with RankPool(2) as pool:
+    """Without a zygote: the first fault starts processes (and the spares); the next takes
+    the spares."""
+    with RankPool(2, fork=False) as pool:
         pool.start()
         assert call(pool, "mismatched", timeout=60.0).status == "timeout"
         assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
@@ -230,6 +231,28 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_replacements_are_forked_when_needed_with_a_zygote() -> None:
+    """With the zygote, a fault's replacements are forked from it before the next job (no
+    spare is kept): two processes per fault, children of the zygote."""
+    with RankPool(2) as pool:
+        pool.start()
+        before = pool.pids()
+        assert call(pool, "mismatched", timeout=60.0).status == "timeout"
+        out = call(pool, "state_after_previous")
+        assert out.status == "done"
+        after = pool.pids()
+        assert set(after).isdisjoint(before) and [out.results[r][2] for r in (0, 1)] == after
+        assert pool.spawned == 4 and pool.handovers == 0
+        assert pool.pids(spares=True) == after, "no spare kept"
+        assert pool._zygote is not None
+        assert {_parent(p) for p in after} == {pool._zygote.proc.pid}
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def test_a_hang_times_out_with_every_rank_stack_and_a_fresh_pool() -> None:
     with RankPool(2) as pool:
         out = call(pool, "hang_on_rank0", timeout=2.0)
@@ -238,7 +261,7 @@ def test_a_hang_times_out_with_every_rank_stack_and_a_fresh_pool() -> None:
         assert "all_reduce" in out.stacks[1]
         assert out.desync is None, "rank 0 sleeps outside any collective: merely slow"
         assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
-        assert pool.spawned == 6  # 2, then 2 replacements and 2 spares
+        assert pool.spawned == 4  # 2, then 2 replacements forked from the zygote
 
 
 def test_a_dead_rank_is_a_crash_with_its_exit_code() -> None:

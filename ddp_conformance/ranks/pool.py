@@ -30,10 +30,26 @@ periods, ``RAISE_GRACE_S`` and ``CRASH_GRACE_S``, are in :mod:`ddp_conformance.r
 - ``crash``: a rank process died; its exit code or signal and the end of its log are kept,
   the ranks still running after ``CRASH_GRACE_S`` have their stacks taken and are ended.
 
-Ranks that ended are replaced before the next job. After the first replacement the pool
-keeps a **spare** process per rank, started in the background while cases run (at most one
-spare per rank: one spare pool), so a later replacement is a hand-over, not a start. A run
-without faults never starts a spare. :meth:`RankPool.close` ends active and spare ranks.
+Ranks are **forked from a zygote** (:mod:`ddp_conformance.ranks.zygote`): one process per
+pool that has imported torch, paid the lazy imports and resolved the run's candidates and
+the reference, and started no thread. A rank then costs a fork and a store connection
+(tens of milliseconds), not an interpreter and ``import torch`` (seconds). Ranks that ended
+are replaced before the next job by forking new ones: a fault costs a fork ("fork when
+needed"). The zygote dies with the pool's process and the ranks with the zygote
+(``PR_SET_PDEATHSIG``); what a killed rank started reparents to the zygote (a subreaper),
+which ends it when the pool asks.
+
+Without a zygote — off Linux, with ``fresh=True`` (new processes per job, as torch's
+``MultiProcessTestCase``: that is what it measures), under ``--coverage`` (a forked rank
+would not see the module-level lines of what the zygote imported), or when the zygote
+failed to start (said once in :attr:`RankPool.notes`) — ranks are started as processes
+(``python -m ddp_conformance.ranks.worker``), and after the first replacement the pool keeps
+a **spare** process per rank, started in the background while cases run (at most one spare
+per rank), so a later replacement is a hand-over, not a start. :meth:`RankPool.close` ends
+active and spare ranks and the zygote.
+
+A world size that does not fit the machine (:mod:`ddp_conformance.ranks.capacity`) is
+refused at :meth:`RankPool.start` unless ``allow_oversubscribe``.
 
 A rank retires itself after a job that left what cannot be put back
 (:mod:`ddp_conformance.ranks.hygiene`): it answers, then exits, and is replaced like any
@@ -57,13 +73,15 @@ from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from ddp_conformance.errors import PoolError
+from ddp_conformance.errors import PoolError, UsageError
+from ddp_conformance.ranks.capacity import check_cores, check_memory
 from ddp_conformance.ranks.communicator import Generations
 from ddp_conformance.ranks.desync import mismatch
 from ddp_conformance.ranks.endings import Endings
 from ddp_conformance.ranks.flight import FlightLog
 from ddp_conformance.ranks.job import CRASH_GRACE_S, CallsFunctions, JobRun
 from ddp_conformance.ranks.leaks import Hygiene
+from ddp_conformance.ranks.memory import resident_mib
 from ddp_conformance.ranks.messages import (
     Exit,
     Job,
@@ -78,6 +96,7 @@ from ddp_conformance.ranks.orphans import end_marked, marker_env
 from ddp_conformance.ranks.outcome import Outcome
 from ddp_conformance.ranks.warmup import warm_up
 from ddp_conformance.ranks.watch import POLL_S, JobWatch
+from ddp_conformance.ranks.zygote import ForkedProcess, Zygote, zygote_or_why
 
 
 class Pool(Protocol):
@@ -103,7 +122,7 @@ class _Rank:
 
     rank: int
     serial: int
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     conn: Connection
     log: str
     stack: str
@@ -124,7 +143,8 @@ class RankPool(CallsFunctions):
     def __init__(self, world_size: int, backend: str = "gloo", device: str = "cpu",
                  fresh: bool = False, startup_timeout_s: float = 120.0,
                  threads_per_rank: int | None = None, spare: bool = True,
-                 reuse_communicators: bool = True, preload: Sequence[str] = ()) -> None:
+                 reuse_communicators: bool = True, preload: Sequence[str] = (),
+                 fork: bool = True, allow_oversubscribe: bool = False) -> None:
         self.world_size = world_size
         self.backend = backend
         self.device = device
@@ -139,6 +159,14 @@ class RankPool(CallsFunctions):
         #: Rank processes started (spares included), and replacements taken from a spare.
         self.spawned = 0
         self.handovers = 0
+        #: Fork ranks from a zygote where one can run (see the module docstring).
+        self.fork = fork and not fresh
+        self.allow_oversubscribe = allow_oversubscribe
+        #: What the run should be told about how its ranks start (each said once).
+        self.notes: list[str] = []
+        #: Seconds the last :meth:`start` spent on the zygote, and on the ranks after it.
+        self.start_costs: dict[str, float] = {}
+        self._zygote: Zygote | None = None
         #: Processes started by jobs that the pool itself ended (their rank could not).
         self.ended: list[str] = []
         self._active: list[_Rank | None] = []
@@ -155,19 +183,44 @@ class RankPool(CallsFunctions):
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every rank process afresh (ending any still running)."""
+        """Start every rank afresh (ending any still running): forked from the zygote,
+        which starts first, or started as processes (see the module docstring). A world
+        size that does not fit the machine is refused (:class:`UsageError`) before any rank
+        starts, unless :attr:`allow_oversubscribe`."""
         import torch.distributed as dist
 
+        check_cores(self.world_size, self.allow_oversubscribe)
         self.close()
         self.communicators.renew()
         self._tmp = tempfile.mkdtemp(prefix="ddp-conformance-pool-")
         self._store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False,
                                     timeout=timedelta(seconds=300))
+        started = time.monotonic()
+        self._start_zygote()
+        warm = time.monotonic()
+        try:
+            check_memory(self.world_size, self._zygote.rank_mib if self._zygote is not None
+                         else resident_mib(), self.allow_oversubscribe)
+        except UsageError:
+            self.close()
+            raise
         self._active, self._spares = [None] * self.world_size, [None] * self.world_size
         for rank in range(self.world_size):  # each recorded at once: close() can end it
             self._active[rank] = self._spawn(rank)
         warm_up()  # the parent's share of torch's one-time costs, while the ranks start
         self._await_ready([r for r in self._active if r is not None])
+        self.start_costs = {"zygote": warm - started, "ranks": time.monotonic() - warm}
+
+    def _start_zygote(self) -> None:
+        """Start the zygote (the parent warms up meanwhile) if this pool forks its ranks;
+        where it cannot, ranks are started as processes and the notes say why, once."""
+        if not self.fork:
+            return
+        env = {**self._worker_env(), **marker_env(self._marker() + "zygote:")}
+        self._zygote, why = zygote_or_why(env, self._path("zygote.log"), self.preload,
+                                          meanwhile=warm_up)
+        if why and why not in self.notes:
+            self.notes.append(why)
 
     def pids(self, spares: bool = False) -> list[int]:
         """The active ranks' process ids, in rank order; the spares' too if asked."""
@@ -175,25 +228,25 @@ class RankPool(CallsFunctions):
         return [r.pid for r in ranks if r is not None]
 
     def _spawn(self, rank: int) -> _Rank:
-        """Start one rank process; it becomes ready on its own (see :meth:`_await_ready`)."""
+        """Start one rank process, forked from the zygote or as a process of its own; it
+        becomes ready on its own (see :meth:`_await_ready`)."""
         self.spawned += 1
         serial = self.spawned
         parent_sock, child_sock = socket.socketpair()
         log_path, stack_path = self._path(f"p{serial}.log"), self._path(f"p{serial}.stack")
         flight_path = self._path(f"p{serial}.flight")
-        cmd = [sys.executable, "-m", "ddp_conformance.ranks.worker", "--rank", str(rank),
-               "--world-size", str(self.world_size), "--fd", str(child_sock.fileno()),
-               "--store-port", str(self._store.port), "--backend", self.backend,
-               "--device", self.device, "--stack-file", stack_path,
-               "--flight-file", flight_path,
-               "--threads", str(self.threads), "--parent-pid", str(os.getpid()),
-               *(["--preload", ",".join(self.preload)] if self.preload else [])]
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                cmd, env={**self._worker_env(), **marker_env(self._marker(serial))},
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(child_sock.fileno(),), start_new_session=True)
-        child_sock.close()
+        args = ["--rank", str(rank), "--world-size", str(self.world_size),
+                "--store-port", str(self._store.port), "--backend", self.backend,
+                "--device", self.device, "--stack-file", stack_path,
+                "--flight-file", flight_path, "--threads", str(self.threads),
+                *(["--preload", ",".join(self.preload)] if self.preload else [])]
+        env = {**self._worker_env(), **marker_env(self._marker(serial))}
+        try:
+            proc = (self._zygote.fork(args, env, log_path, child_sock.fileno())
+                    if self._zygote is not None else
+                    _start_process(args, env, log_path, child_sock.fileno()))
+        finally:
+            child_sock.close()
         return _Rank(rank, serial, proc, Connection(parent_sock.detach()), log_path,
                      stack_path, FlightLog(flight_path))
 
@@ -242,7 +295,7 @@ class RankPool(CallsFunctions):
                     self._spares[i] = None
                 self._active[i] = self._spawn(i)
         self._await_ready([r for r in self._active if r is not None])
-        self._spares_wanted = self.spare
+        self._spares_wanted = self.spare and self._zygote is None  # else: fork when needed
         self._fill_spares()
         return time.monotonic() - started
 
@@ -276,11 +329,14 @@ class RankPool(CallsFunctions):
 
     def close(self, force: bool = False) -> None:
         """End every rank process, spares included (politely unless ``force``, then by
-        force), and remove the private files."""
+        force), then the zygote, and remove the private files."""
         everyone = [r for r in [*self._active, *self._spares] if r is not None]
         self._end(everyone, polite=not force)
         self._active, self._spares, self._store = [], [], None
         self._spares_wanted = False
+        if self._zygote is not None:
+            self._zygote.close()  # nothing it forked is left: they died with it
+            self._zygote = None
         if self._tmp:
             self.ended += end_marked(self._marker())  # what no rank could end: the run's end
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -312,6 +368,8 @@ class RankPool(CallsFunctions):
                 killed.append(r)
             r.conn.close()
         ended = [e for r in killed if self._tmp for e in end_marked(self._marker(r.serial))]
+        if killed and self._zygote is not None:
+            ended += self._zygote.end_orphans()  # forked, not exec'd: no marker of their own
         self.ended += ended
         return ended
 
@@ -464,6 +522,17 @@ class RankPool(CallsFunctions):
                 break
         return {r.rank: _read_from(r.stack, before[r.rank])
                 or "(no stack: the process did not answer SIGUSR1)" for r in ranks}
+
+
+def _start_process(args: list[str], env: dict[str, str], log: str,
+                   fd: int) -> subprocess.Popen[bytes]:
+    """Start ``python -m ddp_conformance.ranks.worker ARGS`` with the rank socket ``fd``, in
+    a session of its own (a terminal's SIGINT is the parent's to handle)."""
+    cmd = [sys.executable, "-m", "ddp_conformance.ranks.worker", *args, "--fd", str(fd),
+           "--parent-pid", str(os.getpid())]
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, pass_fds=(fd,), start_new_session=True)
 
 
 def _reap(r: _Rank) -> None:

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ddp_conformance.errors import PoolError
@@ -42,13 +42,37 @@ def available() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "send_fds")
 
 
+def zygote_or_why(env: dict[str, str], log: str, preload: Sequence[str],
+                  meanwhile: Callable[[], object] = lambda: None) -> tuple[Zygote | None, str]:
+    """A warm zygote (``meanwhile()`` runs while it warms up), or None and the note that
+    says why the ranks are started as processes instead."""
+    from ddp_conformance.ranks.coverage_hook import ENV as COVERAGE
+
+    spawned = "rank processes are started, not forked from a zygote"
+    if not available():
+        return None, f"{spawned}: forking needs Linux"
+    if env.get(COVERAGE):
+        return None, (f"{spawned}, under --coverage: a forked rank would miss the "
+                      "module-level lines of what the zygote imported")
+    zygote = None
+    try:
+        zygote = Zygote(env, log, preload)
+        meanwhile()
+        zygote.await_warm()
+    except (PoolError, OSError) as exc:
+        if zygote is not None:
+            zygote.close()
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
+        return None, f"{spawned}: the zygote failed ({first})"
+    return zygote, ""
+
+
 class Zygote:
     """One zygote process and the ranks it forked (their ends as it reported them)."""
 
     def __init__(self, env: dict[str, str], log: str, preload: Sequence[str] = ()) -> None:
-        """Start the zygote with ``env`` (plus :data:`ZYGOTE_ENV`), its output to ``log``,
-        and wait until it is warm: :class:`PoolError` if it fails or is unfit to fork from
-        (a thread running in it)."""
+        """Start the zygote with ``env`` (plus :data:`ZYGOTE_ENV`), its output to ``log``;
+        it warms up on its own (:meth:`await_warm` waits for it)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = [sys.executable, "-m", "ddp_conformance.ranks.zygote_server",
                "--fd", str(theirs.fileno()), "--parent-pid", str(os.getpid()),
@@ -63,9 +87,13 @@ class Zygote:
         #: pid to returncode, for every rank that ended (None: still running).
         self.ended: dict[int, int | None] = {}
         self._replies: list[tuple[Any, ...]] = []
+        #: The warmed zygote's resident memory: what a rank holds before its first job.
         self.rank_mib = 0.0
-        hello = self._await_reply("hello", START_TIMEOUT_S)
-        _, self.pid, self.rank_mib, threads = hello
+
+    def await_warm(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait until the zygote is warm: :class:`PoolError` if it fails, takes longer than
+        ``timeout_s``, or is unfit to fork from (a thread running in it); it is then ended."""
+        _, _, self.rank_mib, threads = self._await_reply("hello", timeout_s)
         if threads != 1:
             self.close()
             raise PoolError(f"the zygote runs {threads} threads after its imports: "

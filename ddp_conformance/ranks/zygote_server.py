@@ -26,6 +26,7 @@ Protocol, over a ``SOCK_SEQPACKET`` Unix socket to the pool (one pickled tuple a
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import pickle
 import select
@@ -60,6 +61,10 @@ def preload(specs: list[str]) -> None:
             resolve_candidate(spec)
         except Exception:  # noqa: BLE001 - reported by the job that needs it
             pass
+    # What is imported now lives as long as every rank: out of the collector's scans, so
+    # that a rank's collections neither take long nor touch (and so copy) these pages.
+    gc.collect()
+    gc.freeze()
 
 
 def threads() -> int:
@@ -84,11 +89,11 @@ def serve(sock: socket.socket) -> None:
     ranks: set[int] = set()
     try:
         while True:
-            readable, _, _ = select.select([sock, wake_r], [], [])
+            readable, _, _ = select.select([sock.fileno(), wake_r], [], [])
             if wake_r in readable:
                 os.read(wake_r, 4096)
             _reap(sock, ranks)
-            if sock not in readable:
+            if sock.fileno() not in readable:
                 continue
             data, fds, _, _ = socket.recv_fds(sock, PACKET, 1)
             if not data:
