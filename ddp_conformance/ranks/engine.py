@@ -34,6 +34,7 @@ from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
 from ddp_conformance.ranks.records import RankRecord, StepRecord, Tensors
 from ddp_conformance.ranks.tracing import TRACER
+from ddp_conformance.script.forwards import training_loss
 
 
 def _snapshot(tensors: Any) -> Tensors:
@@ -261,13 +262,7 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
                 sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
             with sync:
                 TRACER.phase("forward", step, mb)
-                loss: Any = 0
-                for f in range(scenario.forwards):
-                    inputs, target = batch(scenario, rank, step, mb, world_size, device, f)
-                    seed_forward(scenario, rank, step, mb, f)
-                    with forward_context(scenario, device):
-                        out = adapter.forward(*inputs)
-                    loss = loss + spec.loss(out, target)
+                loss = _microbatch_loss(scenario, adapter, rank, step, mb, world_size, device)
                 TRACER.phase("backward", step, mb)
                 backward_passes(scenario, loss, adapter.backward, adapter.backward_retaining)
                 if scenario.barrier_after_backward:
@@ -292,6 +287,17 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
                                        list(at_forward)))
         at_forward.clear()
     clock.enter("steps")
+
+
+def _microbatch_loss(scenario: Scenario, adapter: Adapter, rank: int, step: int, mb: int,
+                     world_size: int, device: torch.device) -> Any:
+    """The loss of microbatch ``mb``'s forwards through the candidate
+    (:func:`~ddp_conformance.script.forwards.training_loss`)."""
+    return training_loss(range(scenario.forwards),
+                         lambda f: batch(scenario, rank, step, mb, world_size, device, f),
+                         lambda f: seed_forward(scenario, rank, step, mb, f),
+                         lambda: forward_context(scenario, device), adapter.forward,
+                         get_model(scenario.model).loss)
 
 
 def _eval_forward(scenario: Scenario, adapter: Adapter, rank: int, step: int,

@@ -31,7 +31,7 @@ from ddp_conformance.script.collective import Collective, as_real, gradient_redu
 
 
 @dataclass(frozen=True)
-class Twice:
+class SummedTwice:
     """Memory summed by two reductions of one backward: their positions in the backward's
     reductions (0-based, in trace order), the collectives, and how many real elements."""
 
@@ -55,7 +55,7 @@ class Coverage:
     calls: int
     summed: int
     distinct: int
-    twice: tuple[Twice, ...]
+    twice: tuple[SummedTwice, ...]
 
 
 def _real_size(c: Collective) -> float:
@@ -82,7 +82,7 @@ def coverage(reductions: Iterable[Collective]) -> Coverage:
             continue
         for storage, start, stop in c.extents:
             spans[storage].append((start, stop, index, size))
-    twice: list[Twice] = []
+    twice: list[SummedTwice] = []
     for ranges in spans.values():
         ranges.sort()
         reach, owner = -1, -1  # furthest byte covered so far, and by which reduction
@@ -92,7 +92,7 @@ def coverage(reductions: Iterable[Collective]) -> Coverage:
             if start < reach:
                 overlap = round((min(stop, reach) - start) / size)
                 first, second = sorted((owner, index))
-                twice.append(Twice(first, second, mine[first], mine[second], overlap))
+                twice.append(SummedTwice(first, second, mine[first], mine[second], overlap))
             if stop > reach:
                 reach, owner = stop, index
     return Coverage(calls, summed, distinct, tuple(twice))
