@@ -217,7 +217,6 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
     the handles of the buffer snapshots at forward, replaced when the wrapper is copied.
     """
     spec = get_model(scenario.model)
-    last = scenario.microbatches - 1
     for step in range(steps):
         if scenario.update_process_group_at == step:
             import torch.distributed as dist
@@ -241,36 +240,7 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
         TRACER.phase("zero_grad", step)
         clock.enter("steps")
         adapter.zero_grad(scenario.zero_grad_set_to_none)
-        if scenario.raise_in_no_sync:  # a forward that raises inside no_sync, caught
-            TRACER.phase("forward", step, 0)
-            mark = len(at_forward)
-            raise_in_no_sync(scenario, adapter.no_sync, adapter.forward, rank, step,
-                             world_size, device)
-            del at_forward[mark:]  # the raised forward is none of the step's forwards
-        # NESTED_NO_SYNC: one no_sync() around all but the last microbatch, and a second,
-        # nested one around every other microbatch inside it.
-        outer = contextlib.ExitStack()
-        for mb in range(scenario.microbatches):
-            nested = scenario.accumulate is Accumulate.NESTED_NO_SYNC and mb < last
-            if nested and mb == 0:
-                outer.enter_context(adapter.no_sync())
-            if scenario.sync_strategy is not None:
-                sync = adapter.sync_context(mb == last, scenario.sync_strategy)
-            elif nested:
-                sync = adapter.no_sync() if mb % 2 == 0 else contextlib.nullcontext()
-            else:
-                sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
-            with sync:
-                TRACER.phase("forward", step, mb)
-                loss = _microbatch_loss(scenario, adapter, rank, step, mb, world_size, device)
-                TRACER.phase("backward", step, mb)
-                backward_passes(scenario, loss, adapter.backward, adapter.backward_retaining)
-                if scenario.barrier_after_backward:
-                    import torch.distributed as dist
-
-                    dist.barrier(group=process_group)
-            if mb == last - 1:
-                outer.close()
+        _microbatches(scenario, adapter, at_forward, rank, step, world_size, device, process_group)
         TRACER.phase("record", step)
         clock.enter("record")
         # The contract asks for dense copies (Adapter.gradients makes them); a sparse one
@@ -287,6 +257,44 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
                                        list(at_forward)))
         at_forward.clear()
     clock.enter("steps")
+
+
+def _microbatches(scenario: Scenario, adapter: Adapter, at_forward: list[Tensors], rank: int,
+                  step: int, world_size: int, device: torch.device, process_group: Any) -> None:
+    """One step's forwards and backwards through the candidate: the forward that raises
+    inside ``no_sync`` (``raise_in_no_sync``), then each microbatch's forwards and backward
+    in its sync context (``no_sync``, nested ``no_sync``, or the sync strategy's)."""
+    last = scenario.microbatches - 1
+    if scenario.raise_in_no_sync:  # a forward that raises inside no_sync, caught
+        TRACER.phase("forward", step, 0)
+        mark = len(at_forward)
+        raise_in_no_sync(scenario, adapter.no_sync, adapter.forward, rank, step,
+                         world_size, device)
+        del at_forward[mark:]  # the raised forward is none of the step's forwards
+    # NESTED_NO_SYNC: one no_sync() around all but the last microbatch, and a second,
+    # nested one around every other microbatch inside it.
+    outer = contextlib.ExitStack()
+    for mb in range(scenario.microbatches):
+        nested = scenario.accumulate is Accumulate.NESTED_NO_SYNC and mb < last
+        if nested and mb == 0:
+            outer.enter_context(adapter.no_sync())
+        if scenario.sync_strategy is not None:
+            sync = adapter.sync_context(mb == last, scenario.sync_strategy)
+        elif nested:
+            sync = adapter.no_sync() if mb % 2 == 0 else contextlib.nullcontext()
+        else:
+            sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
+        with sync:
+            TRACER.phase("forward", step, mb)
+            loss = _microbatch_loss(scenario, adapter, rank, step, mb, world_size, device)
+            TRACER.phase("backward", step, mb)
+            backward_passes(scenario, loss, adapter.backward, adapter.backward_retaining)
+            if scenario.barrier_after_backward:
+                import torch.distributed as dist
+
+                dist.barrier(group=process_group)
+        if mb == last - 1:
+            outer.close()
 
 
 def _microbatch_loss(scenario: Scenario, adapter: Adapter, rank: int, step: int, mb: int,

@@ -63,22 +63,31 @@ def reduced_once(ctx: Context) -> None:
                 needed = sum(needed_by_dtype(oracle, names).values())  # None: all, = full
                 cov = covered.get((step, mb), Coverage(0, 0, 0, ()))
                 slack = (scenario_group_size(rec) - 1) * cov.calls
-                ok, reused = rules.reduced_once(cov, needed, whole, slack)
-                of = f"{full}" if needed == full else f"{needed} to {full}"
-                detail = f"{cov.distinct} of {of} elements"
-                if cov.summed != cov.distinct:
-                    detail += f" ({cov.summed} summed)"
-                ev.figure(Figure("trace.reduced_once", step, rank, "*", ok,
-                                 float(cov.distinct - full), 0.0, 0.0, float(slack), detail))
-                where = f"step {step}, microbatch {mb}, rank {rank}"
-                if reused and not noted:
-                    noted = True
-                    ev.note(f"trace.reduced_once: {where}: a buffer of {cov.distinct} elements "
-                            f"was reused for the {needed} needed (a staging buffer smaller "
-                            f"than the gradients): its stale part is not counted")
-                if ok:
-                    continue
-                why = rules.reduced_once_failure(cov, needed, full, whole, oracle.initial_params)
-                ev.fail("trace.reduced_once", f"{where}: backward {why} in {cov.calls} "
-                        f"collective(s)", step, rank,
-                        detail="\n".join(t.describe() for t in cov.twice[:8]))
+                noted = _judge_backward(ctx, (step, mb, rank), cov, needed, full, whole, slack,
+                                        noted)
+
+
+def _judge_backward(ctx: Context, where: tuple[int, int, int], cov: Coverage, needed: int,
+                    full: int, whole: int, slack: int, noted: bool) -> bool:
+    """The figure, the note (once per rank: ``noted``) and the failure of the synced
+    backward of (step, microbatch) on a rank; whether the note was given."""
+    ev, oracle = ctx.evidence, ctx.oracle
+    step, mb, rank = where
+    ok, reused = rules.reduced_once(cov, needed, whole, slack)
+    of = f"{full}" if needed == full else f"{needed} to {full}"
+    detail = f"{cov.distinct} of {of} elements"
+    if cov.summed != cov.distinct:
+        detail += f" ({cov.summed} summed)"
+    ev.figure(Figure("trace.reduced_once", step, rank, "*", ok,
+                     float(cov.distinct - full), 0.0, 0.0, float(slack), detail))
+    place = f"step {step}, microbatch {mb}, rank {rank}"
+    if reused and not noted:
+        noted = True
+        ev.note(f"trace.reduced_once: {place}: a buffer of {cov.distinct} elements "
+                f"was reused for the {needed} needed (a staging buffer smaller "
+                f"than the gradients): its stale part is not counted")
+    if not ok:
+        why = rules.reduced_once_failure(cov, needed, full, whole, oracle.initial_params)
+        ev.fail("trace.reduced_once", f"{place}: backward {why} in {cov.calls} collective(s)",
+                step, rank, detail="\n".join(t.describe() for t in cov.twice[:8]))
+    return noted
