@@ -20,28 +20,35 @@ from typing import TYPE_CHECKING, TextIO
 from tabulate import tabulate
 
 from ddp_conformance.bench.command import add_parser as add_bench_parser
-from ddp_conformance.catalog.loader import load_catalog
 from ddp_conformance.deadline import CLOSE_DEADLINE_S
 from ddp_conformance.errors import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    BackendInsane,
     Interrupted,
     PoolError,
     UsageError,
 )
 from ddp_conformance.interruption import RUN_SIGNALS, RunGuard
 from ddp_conformance.judge.verdict import Result, Verdict
-from ddp_conformance.options import CLI, add_to_argparse, at_least_one, positive, run_config
-from ddp_conformance.ranks.sanity import BackendInsane
+from ddp_conformance.options import (
+    CLI,
+    add_to_argparse,
+    check_options,
+    one_candidate,
+    run_config,
+)
 from ddp_conformance.report.command import add_parser as add_report_parser
 from ddp_conformance.report.common import count_verdicts, verdict_matrix
-from ddp_conformance.session import Case, Session
 
-if TYPE_CHECKING:  # fuzz imports hypothesis: loaded by the fuzz command only
+if TYPE_CHECKING:
+    # torch is imported once a command runs, never for --help or a usage error
+    # (tests/test_cli.py::test_the_parser_does_not_import_torch); fuzz imports hypothesis.
     from ddp_conformance.config import RunConfig
     from ddp_conformance.fuzz import Finding
     from ddp_conformance.ranks.coverage_hook import ParentCoverage
+    from ddp_conformance.session import Case, Session
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -50,35 +57,35 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and its options (:mod:`ddp_conformance.options`); imports no torch."""
     parser = _Parser(prog="ddp-conformance", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run_parser = sub.add_parser("run", help="run the catalog against one or more candidates")
     add_to_argparse(run_parser)
-    sub.add_parser("list", help="list the catalog with what each scenario needs")
-    fuzz = sub.add_parser("fuzz", help="generated scenarios against one candidate, judged where "
+    run_parser.set_defaults(handler=run)
+    listing = sub.add_parser("list", help="list the catalog with what each scenario needs")
+    add_to_argparse(listing, "list")
+    listing.set_defaults(handler=list_command)
+    fuzzing = sub.add_parser("fuzz", help="generated scenarios against one candidate, judged where "
                                        "torch's DDP passes them; failures shrunk")
-    fuzz.add_argument("--candidate", required=True, metavar="SPEC", help="as for run (one)")
-    fuzz.add_argument("--budget", default="5m", metavar="TIME",
+    add_to_argparse(fuzzing, "fuzz")
+    fuzzing.add_argument("--budget", default="5m", metavar="TIME",
                       help="how long to generate scenarios: 90s, 5m, 1h (default 5m)")
-    fuzz.add_argument("--shrink-budget", default="2m", metavar="TIME",
+    fuzzing.add_argument("--shrink-budget", default="2m", metavar="TIME",
                       help="how long to shrink a failure (default 2m)")
-    fuzz.add_argument("--seed", type=int, default=0, metavar="N",
+    fuzzing.add_argument("--seed", type=int, default=0, metavar="N",
                       help="the same seed generates the same scenarios (default 0)")
-    fuzz.add_argument("--world-size", default="2", metavar="N",
-                      help="ranks (default 2), or world sizes drawn in turn: 1-4, 1,3")
-    fuzz.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                      help="deadline of one case in seconds (default 30)")
-    fuzz.add_argument("--keep-going", action="store_true",
+    fuzzing.add_argument("--keep-going", action="store_true",
                       help="after a failure, shrink it and go on until the budget is spent")
-    repro = sub.add_parser("repro", help="write a standalone script (torch and the candidate "
+    fuzzing.set_defaults(handler=fuzz)
+    script = sub.add_parser("repro", help="write a standalone script (torch and the candidate "
                                          "only, run with torchrun) that reproduces a case")
-    repro.add_argument("case", metavar="CASE",
+    script.add_argument("case", metavar="CASE",
                        help="a catalog scenario id, or a Scenario(...) literal as fuzz prints it")
-    repro.add_argument("--candidate", required=True, metavar="SPEC",
-                       help="module:attr, a callable with DDP's constructor (or torch)")
-    repro.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
-    repro.add_argument("--out", default=os.path.join("reports", "repro"), metavar="DIR",
-                       help="where the script goes (default reports/repro)")
+    add_to_argparse(script, "repro")
+    script.add_argument("--out", metavar="DIR",
+                       help="where the script goes (default: REPORT_DIR/repro)")
+    script.set_defaults(handler=repro)
     add_report_parser(sub)
     add_bench_parser(sub)
     return parser
@@ -87,15 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "list":
-            return list_catalog(sys.stdout)
-        if args.command == "fuzz":
-            return fuzz(args, sys.stdout)
-        if args.command == "repro":
-            return repro(args, sys.stdout)
-        if args.command in ("report", "bench"):
-            return int(args.handler(args, sys.stdout))
-        return run(args, sys.stdout)
+        return int(args.handler(args, sys.stdout))
     except (UsageError, PoolError) as exc:
         print(f"ddp-conformance: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -110,41 +109,57 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def list_catalog(out: TextIO) -> int:
-    rows = [[s.id, s.model, ", ".join(sorted(s.needs)) or "-",
-             " or ".join(map(str, s.world_sizes)) if s.world_sizes
-             else f">= {s.min_world_size}" if s.min_world_size > 1 else "any", s.description]
-            for s in load_catalog()]
-    out.write(tabulate(rows, ["scenario", "model", "needs", "world size", "description"],
-                       tablefmt="simple", maxcolwidths=[None, None, 30, None, 60]) + "\n")
+def list_command(args: argparse.Namespace, out: TextIO) -> int:
+    """``list``: the catalog (``-k``: the scenarios whose id matches), lines of at most
+    :data:`~ddp_conformance.catalog.listing.WIDTH` characters."""
+    from ddp_conformance.catalog.listing import catalog_table
+    from ddp_conformance.catalog.loader import keyword_matcher, load_catalog
+
+    matches = keyword_matcher(args.ddp_keyword)
+    scenarios = [s for s in load_catalog() if matches(s.id)]
+    if not scenarios:
+        raise UsageError(f"no scenario matches -k {args.ddp_keyword!r}")
+    out.write(catalog_table(scenarios) + "\n")
     return EXIT_OK
 
 
 def repro(args: argparse.Namespace, out: TextIO) -> int:
     """``repro``: write the script; print its path and how to run it."""
+    check_options(lambda dest: getattr(args, dest), "repro")
+    candidate = one_candidate(args.ddp_candidate, "repro")
+    from ddp_conformance.report.files import check_writable
     from ddp_conformance.repro import parse_case, write_file, write_script
 
-    at_least_one("world-size")(args.world_size)
+    directory = args.out or os.path.join(args.ddp_report_dir, "repro")
     scenario = parse_case(args.case)
-    path = write_file(write_script(scenario, args.candidate, args.world_size), scenario, args.out)
-    out.write(f"{path}\nrun: torchrun --standalone --nproc-per-node {args.world_size} {path}   "
-              f"(--ddp torch: the same with torch's DDP)\n")
+    script = write_script(scenario, candidate, args.ddp_world_size)
+    check_writable(directory)
+    path = write_file(script, scenario, directory)
+    out.write(f"{path}\nrun: torchrun --standalone --nproc-per-node {args.ddp_world_size} "
+              f"{path}   (--ddp torch: the same with torch's DDP)\n")
     return EXIT_OK
 
 
 def fuzz(args: argparse.Namespace, out: TextIO) -> int:
-    """``fuzz``: exit 1 when a torch-valid scenario fails the candidate, else 0."""
+    """``fuzz``: exit 1 when a torch-valid scenario fails the candidate, else 0. Every
+    value is checked, and the report directory written to, before the first scenario."""
+    check_options(lambda dest: getattr(args, dest), "fuzz")
+    candidate = one_candidate(args.ddp_candidate, "fuzz")
     from ddp_conformance.config import RunConfig
     from ddp_conformance.fuzz import Fuzzer, parse_duration, parse_world_sizes
+    from ddp_conformance.report.files import check_writable
+    from ddp_conformance.session import Session
 
     budget, shrink = parse_duration(args.budget), parse_duration(args.shrink_budget)
-    sizes = parse_world_sizes(args.world_size)
-    positive("timeout")(args.timeout)
-    candidates = list(dict.fromkeys(["torch", args.candidate]))
+    sizes = parse_world_sizes(str(args.ddp_world_size))
+    check_writable(os.path.join(args.ddp_report_dir, "repro"))
     with contextlib.ExitStack() as stack:
         sessions = {}
         for size in sizes:
-            config = RunConfig(candidates=candidates, world_size=size, timeout_s=args.timeout)
+            config = RunConfig(candidates=list(dict.fromkeys(["torch", candidate])),
+                               backend=args.ddp_backend, device=args.ddp_device,
+                               world_size=size, timeout_s=args.ddp_timeout,
+                               allow_oversubscribe=args.ddp_allow_oversubscribe)
             sessions[size] = stack.enter_context(Session(config))
             sessions[size].start()
 
@@ -152,13 +167,12 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
             out.write(line + "\n")
             out.flush()
 
-        fuzzer = Fuzzer(sessions, args.candidate, budget, args.seed, shrink, args.keep_going,
-                        progress=progress)
-        result = fuzzer.run()
+        result = Fuzzer(sessions, candidate, budget, args.seed, shrink, args.keep_going,
+                        progress=progress).run()
     aside = sum(result.set_aside.values())
     ranks = (f"{sizes[0]} ranks" if len(sizes) == 1 else "world sizes " + ", ".join(
         f"{n} ({result.ran_by_world_size[n]} scenarios)" for n in sizes))
-    out.write(f"fuzz {args.candidate}, seed {args.seed}, {ranks}: {result.ran} "
+    out.write(f"fuzz {candidate}, seed {args.seed}, {ranks}: {result.ran} "
               f"scenarios in {result.seconds:.0f}s ({result.cases_per_second:.2f}/s); "
               f"{result.passed} passed, {result.not_applicable} N/A, {aside} set aside, "
               f"{len(result.findings)} failing\n")
@@ -166,30 +180,37 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"set aside: torch's DDP {verdict} on {count}; the first: "
                   f"{result.set_aside_examples[verdict]}\n")
     for finding in result.findings:
-        out.write(f"FAILING at {finding.world_size} ranks: {finding.found.case_id}: "
-                  f"{finding.found.verdict.value}: "
-                  f"{finding.found.summary_line()}\n")
-        out.write(f"shrunk in {finding.shrink_runs} runs to ({finding.shrunk_result.verdict.value}: "
-                  f"{finding.shrunk_result.summary_line()}):\n    {finding.literal()}\n")
-        out.write(f"reproducer: {reproducer(finding, args)}\n")
+        write_finding(out, finding, candidate, args.ddp_report_dir)
     return EXIT_FAILED if result.findings else EXIT_OK
 
 
-def reproducer(finding: Finding, args: argparse.Namespace) -> str:
+def write_finding(out: TextIO, finding: Finding, candidate: str, report_dir: str) -> None:
+    """One fuzz finding: as found, as shrunk, and its reproducer (in ``report_dir``/repro)."""
+    out.write(f"FAILING at {finding.world_size} ranks: {finding.found.case_id}: "
+              f"{finding.found.verdict.value}: "
+              f"{finding.found.summary_line()}\n")
+    out.write(f"shrunk in {finding.shrink_runs} runs to ({finding.shrunk_result.verdict.value}: "
+              f"{finding.shrunk_result.summary_line()}):\n    {finding.literal()}\n")
+    out.write(f"reproducer: {reproducer(finding, candidate, report_dir)}\n")
+
+
+def reproducer(finding: Finding, candidate: str, report_dir: str) -> str:
     """Write the standalone reproducer of a fuzz finding; its path (or why there is none)."""
     from ddp_conformance.repro import write_file, write_script
 
     try:
-        script = write_script(finding.scenario, args.candidate, finding.world_size)
+        script = write_script(finding.scenario, candidate, finding.world_size)
+        path = write_file(script, finding.scenario, os.path.join(report_dir, "repro"))
     except UsageError as exc:
         return f"none ({exc})"
-    path = write_file(script, finding.scenario, os.path.join("reports", "repro"))
     return f"{path} (torchrun --standalone --nproc-per-node {finding.world_size} {path})"
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    """``run``: the catalog against the candidates; reports streamed to ``--report-dir``."""
     config = run_config(lambda dest: getattr(args, dest), CLI)
     from ddp_conformance.ranks.torchrun import torchrun_pool
+    from ddp_conformance.session import Session
 
     follower_coverage = _torchrun_coverage(config, args.ddp_report_dir)
     pool = torchrun_pool(config)  # under torchrun: the leader's pool, or a follower's exit code

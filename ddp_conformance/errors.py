@@ -39,6 +39,19 @@ class PoolError(RuntimeError):
     """The rank pool could not start its processes (not a verdict on a candidate)."""
 
 
+class BackendInsane(Exception):
+    """The backend disagrees with what the harness set up (:mod:`ddp_conformance.ranks.sanity`):
+    the run ends, exit code 1. Here, with the other run-ending errors, so that the command
+    line catches it without importing torch."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, backend: str, world_size: int, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__(f"backend {backend} disagrees with the {world_size}-rank job the "
+                         f"harness set up; no case ran:\n" + "\n".join(lines))
+
+
 class Interrupted(BaseException):
     """SIGTERM or SIGINT arrived during a run (raised in the main thread by the handler).
 

@@ -1,10 +1,13 @@
-"""The one option table: every option of a conformance run, for the command line and pytest.
+"""The one option table: every option of every command, for the command line and pytest.
 
-Each :class:`Option` is declared once; :func:`add_to_argparse` builds ``ddp-conformance
-run``'s options from it and :func:`add_to_pytest` the pytest plugin's, and
-:func:`run_config` turns either route's values into the same
+Each :class:`Option` is declared once, with one default; :func:`add_to_argparse` builds a
+subcommand's options from it (``run`` takes every row of the command-line route, the other
+subcommands the rows :data:`COMMANDS` names) and :func:`add_to_pytest` the pytest plugin's,
+and :func:`run_config` turns either route's values into the same
 :class:`~ddp_conformance.config.RunConfig`, with the same checks and the same one-line
-errors (pytest-timeout keeps all its options in one table the same way).
+errors (pytest-timeout keeps all its options in one table the same way). A subcommand may
+word an option's help for itself, or widen what it accepts (``fuzz --world-size 1-4``),
+never give it another default (:class:`Use`).
 
 Names: on the command line an option is ``--NAME`` (``--ddp-NAME`` is accepted too). Under
 pytest the plugin must never break another project's run, so it always registers the
@@ -159,15 +162,97 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Use:
+    """A subcommand's use of a row of :data:`OPTIONS`: the row's default always; its own
+    ``help`` where the row's wording would be wrong for it; its own ``type`` where it
+    accepts more (then it checks the value itself, and the row's ``check`` is skipped)."""
+
+    name: str
+    help: str | None = None
+    type: Callable[[str], Any] | None = None
+
+
+#: The rows each subcommand other than ``run`` takes (``run`` takes every row of the
+#: command-line route). ``list`` reads and writes no file, so it has no ``--report-dir``.
+COMMANDS: dict[str, tuple[Use, ...]] = {
+    "fuzz": (
+        Use("candidate", "the candidate DDP to fuzz, as for run; exactly one (fuzz each "
+                         "candidate with its own command): torch's DDP runs every scenario "
+                         "first"),
+        Use("backend"), Use("device"),
+        Use("world-size", "ranks (default 2), or world sizes drawn in turn: 1-4, 1,3",
+            type=str),
+        Use("timeout"), Use("allow-oversubscribe"),
+        Use("report-dir", "each finding's standalone reproducer goes to DIR/repro "
+                          "(default reports/)"),
+    ),
+    "repro": (
+        Use("candidate", "module:attr, a callable with DDP's constructor (or torch); exactly "
+                         "one"),
+        Use("world-size"),
+        Use("report-dir", "the script goes to DIR/repro unless --out says otherwise "
+                          "(default reports/)"),
+    ),
+    "bench": (
+        Use("candidate", "as for run; repeatable (default: torch and reference; torch is "
+                         "always timed as the baseline)"),
+        Use("world-size"), Use("backend"),
+        Use("device", "cpu (default) or cuda (nccl implies cuda); on CUDA the phases are "
+                      "timed with CUDA events (one device synchronisation per step) and the "
+                      "overlap is measured on the GPU timeline too (profiler kernels)"),
+        Use("report-dir", "bench.json goes here, merged with what is there; the report set is "
+                          "re-rendered with it (default reports/)"),
+    ),
+    "list": (Use("keyword", "only scenarios whose id matches, as pytest -k reads it"),),
+    "report": (Use("report-dir", "the run whose report set to re-render, as RESULTS_DIR "
+                                 "(default reports/)"),),
+}
+
+
 def options_for(route: str) -> list[Option]:
     return [o for o in OPTIONS if route in o.routes]
 
 
-def add_to_argparse(parser: argparse.ArgumentParser) -> None:
-    """``ddp-conformance run``'s options: ``--NAME`` and ``--ddp-NAME`` for every option."""
-    for option in options_for(CLI):
-        parser.add_argument(*option.cli_flags, option.long, option.namespaced,
-                            **option.argparse_kwargs())
+def default_of(name: str) -> Any:
+    """The one default of the row ``name``."""
+    return next(o.default for o in OPTIONS if o.name == name)
+
+
+def uses_of(command: str) -> list[tuple[Option, Use]]:
+    """The rows ``command`` takes, each with how it takes it."""
+    if command == "run":
+        return [(o, Use(o.name)) for o in options_for(CLI)]
+    rows = {o.name: o for o in OPTIONS}
+    return [(rows[use.name], use) for use in COMMANDS[command]]
+
+
+def add_to_argparse(parser: argparse.ArgumentParser, command: str = "run") -> None:
+    """``ddp-conformance COMMAND``'s options: ``--NAME`` and ``--ddp-NAME`` for every row
+    it takes (:func:`uses_of`), into ``ddp_NAME``."""
+    for option, use in uses_of(command):
+        kwargs = option.argparse_kwargs()
+        kwargs.update({k: v for k, v in (("help", use.help), ("type", use.type)) if v})
+        parser.add_argument(*option.cli_flags, option.long, option.namespaced, **kwargs)
+
+
+def check_options(get: Callable[[str], Any], command: str) -> None:
+    """Run the checks of the rows ``command`` takes on its parsed values (``get(dest)``):
+    a value out of range is a :class:`UsageError`, before anything runs."""
+    for option, use in uses_of(command):
+        if option.check is not None and use.type is None:
+            option.check(get(option.dest))
+
+
+def one_candidate(specs: list[str] | None, command: str) -> str:
+    """The one ``--candidate`` of ``fuzz`` or ``repro``: none, or several, is a
+    :class:`UsageError` naming them (never one fuzzed and the others dropped)."""
+    if not specs:
+        raise UsageError(f"{command} needs --candidate SPEC (one candidate)")
+    if len(specs) > 1:
+        raise UsageError(f"{command} takes one --candidate, got {len(specs)} "
+                         f"({', '.join(specs)}); run {command} once per candidate")
+    return specs[0]
 
 
 def add_to_pytest(group: Any) -> None:

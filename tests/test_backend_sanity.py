@@ -13,6 +13,7 @@ import pytest
 
 from ddp_conformance.ranks.pool import RankPool
 from ddp_conformance.ranks.sanity import RANK_CHECK, BackendInsane, check_backend
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +24,7 @@ def test_a_backend_whose_rank_lies_ends_the_run_before_any_case(tmp_path: Path) 
         [sys.executable, "-m", "ddp_conformance", "run", "--backend",
          "tests.backends.lying:lying_rank", "--compare-backend", "none", "--timeout", "120",
          "-k", "allreduce-sum-float32 or gradients/mlp-sgd", "--report-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        cwd=ROOT, capture_output=True, text=True, timeout=deadline(600), check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.splitlines()[-3:] == [
         "ddp-conformance: backend lying_rank disagrees with the 2-rank job the harness set "

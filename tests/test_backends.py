@@ -28,6 +28,7 @@ from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.ranks.environment import validate
 from ddp_conformance.ranks.outcome import Outcome
 from ddp_conformance.ranks.records import RankRecord, StepRecord
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = "tests.backends.example:example_backend"
@@ -35,7 +36,7 @@ EXAMPLE = "tests.backends.example:example_backend"
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ddp_conformance", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=deadline(timeout))
 
 
 # -- resolving --backend ------------------------------------------------------------------
@@ -419,12 +420,12 @@ def test_pytest_runs_the_collective_checks_for_a_custom_backend(tmp_path: Path) 
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "suites/test_collectives.py",
          "--ddp-backend", EXAMPLE, "-k", "allreduce-product-int32 or alltoall-int64"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=deadline(300))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout, out.stdout
     plain = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only",
-         "suites/test_collectives.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+         "suites/test_collectives.py"], cwd=ROOT, capture_output=True, text=True, timeout=deadline(300))
     assert "no tests collected" in plain.stdout, plain.stdout  # Gloo: not unless asked
 
 

@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 
 from ddp_conformance.catalog.loader import load_catalog
+from ddp_conformance.cli import build_parser
+from ddp_conformance.options import COMMANDS, uses_of
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ddp_conformance", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=deadline(timeout))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -43,6 +46,49 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], message: str, tmp_pa
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_parser_does_not_import_torch() -> None:
+    """``--help`` of every subcommand and the usage errors found before a command runs
+    answer in a fresh interpreter without importing torch (seconds saved on every
+    ``--help``; torch is imported once a command runs)."""
+    import tests.cli_probe as probe
+
+    proc = subprocess.run([sys.executable, "-m", "tests.cli_probe"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=deadline(60))
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert found["imported"] == [], found
+    expected = {" ".join(argv): 2 for argv in probe.USAGE_ERRORS}
+    assert {k: v for k, v in found["codes"].items() if "--help" not in k} == expected
+    assert {k: v for k, v in found["codes"].items() if "--help" in k} == {
+        f"{command} --help".strip(): 0 for command in ["", "run", *COMMANDS]}
+
+
+@pytest.mark.parametrize("argv", [["run"], ["fuzz"], ["repro", "gradients/mlp-sgd"], ["bench"],
+                                  ["list"], ["report"]])
+def test_every_subcommand_takes_the_shared_options_with_their_one_default(
+        argv: list[str]) -> None:
+    """Each row of the option table a subcommand takes has the table's default there; every
+    subcommand that reads or writes files takes ``--report-dir``."""
+    command = argv[0]
+    args = build_parser().parse_args(argv)
+    uses = uses_of(command)
+    assert uses and all(getattr(args, option.dest) == option.default for option, _ in uses)
+    names = {option.name for option, _ in uses}
+    assert ("report-dir" in names) == (command != "list"), names
+    if command in ("run", "fuzz", "bench"):
+        assert {"candidate", "world-size", "backend", "device"} <= names, names
+
+
+def test_list_lines_fit_in_100_columns() -> None:
+    proc = cli("list", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    widths = [len(line) for line in proc.stdout.splitlines()]
+    assert max(widths) <= 100, max(widths)
+    ids = [s.id for s in load_catalog()]
+    assert [line.split()[0] for line in proc.stdout.splitlines()[2:]
+            if line and not line.startswith(" ")] == ids
 
 
 def test_list_shows_every_scenario_with_its_needs() -> None:

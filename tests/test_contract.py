@@ -21,6 +21,7 @@ from ddp_conformance.catalog.scenario import missing_capabilities as scenario_mi
 from ddp_conformance.contract.capability import Capabilities, Capability, missing_capabilities
 from ddp_conformance.contract.ddp_like import DDPLikeAdapter, _instance_capabilities, ddp_like_candidate
 from ddp_conformance.contract.registry import resolve_candidate
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 COMM_HOOK = Capability.COMM_HOOK.value
@@ -149,7 +150,7 @@ def test_a_one_argument_register_comm_hook_runs_as_not_applicable(tmp_path: Path
     proc = subprocess.run(
         [sys.executable, "-m", "ddp_conformance", "run", "--candidate",
          "tests.limited:OneArgumentCommHook", "-k", "comm-hooks", "--report-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=deadline(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     cases = [r for r in results if r.get("type") == "result"]

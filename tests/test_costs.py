@@ -14,6 +14,7 @@ from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.report import load_results
 from ddp_conformance.report.load import result_from_json
 from ddp_conformance.report.markdown import markdown_summary
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFECTIVE = "tests.defective:SumsWithoutDividing"
@@ -131,7 +132,7 @@ def test_a_real_run_accounts_for_each_case_duration(tmp_path: Path) -> None:
         [sys.executable, "-m", "ddp_conformance", "run", "-k", "gradients/mlp-sgd and not momentum",
          "--candidate", "torch", "--candidate", DEFECTIVE, "--durations", "1",
          "--report-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=deadline(300))
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the defective candidate fails
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert lines[0]["durations"] == 1

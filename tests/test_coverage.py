@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import deadline
+
 pytest.importorskip("coverage")
 
 from ddp_conformance.errors import UsageError  # noqa: E402
@@ -70,7 +72,7 @@ def test_cli_measures_the_users_ddp_in_every_rank(user_package: Path, tmp_path: 
     proc = subprocess.run(
         [sys.executable, "-m", "ddp_conformance", "run", "--candidate", "myddp:MyDDP",
          "-k", SCENARIOS, "--coverage", "myddp", "--report-dir", str(reports)],
-        cwd=user_package, env=_env(user_package), capture_output=True, text=True, timeout=300)
+        cwd=user_package, env=_env(user_package), capture_output=True, text=True, timeout=deadline(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((reports / "coverage" / "summary.json").read_text())
     _check_user_summary(summary, processes_at_least=3)  # the parent and two ranks
@@ -82,7 +84,7 @@ def test_cli_measures_the_users_ddp_in_every_rank(user_package: Path, tmp_path: 
     (reports / "summary.md").unlink()
     again = subprocess.run([sys.executable, "-m", "ddp_conformance", "report", str(reports)],
                            cwd=user_package, env=_env(user_package), capture_output=True,
-                           text=True, timeout=120)
+                           text=True, timeout=deadline(120))
     assert again.returncode == 0, again.stderr
     assert "MyDDP.never_called" in (reports / "summary.md").read_text()
 
@@ -93,7 +95,7 @@ def test_pytest_route_measures_too(user_package: Path, workers: list[str]) -> No
         [sys.executable, "-m", "pytest", "--pyargs", "ddp_conformance_suites", "-k", SCENARIOS,
          "--ddp-candidate", "myddp:MyDDP", "--ddp-coverage", "myddp", "-p", "no:cacheprovider",
          "-q", *workers],
-        cwd=user_package, env=_env(user_package), capture_output=True, text=True, timeout=300)
+        cwd=user_package, env=_env(user_package), capture_output=True, text=True, timeout=deadline(300))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ddp-conformance coverage" in proc.stdout and "myddp.py" in proc.stdout
     summary = json.loads((user_package / "reports" / "coverage" / "summary.json").read_text())
@@ -106,10 +108,10 @@ def test_a_run_without_coverage_drops_an_earlier_section(user_package: Path,
     base = [sys.executable, "-m", "ddp_conformance", "run", "--candidate", "myddp:MyDDP",
             "-k", "gradients/mlp-sgd", "--report-dir", str(reports)]
     first = subprocess.run([*base, "--coverage", "myddp"], cwd=user_package,
-                           env=_env(user_package), capture_output=True, text=True, timeout=300)
+                           env=_env(user_package), capture_output=True, text=True, timeout=deadline(300))
     assert first.returncode == 0 and "## Coverage" in (reports / "summary.md").read_text()
     second = subprocess.run(base, cwd=user_package, env=_env(user_package),
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=deadline(300))
     assert second.returncode == 0, second.stderr
     assert "## Coverage" not in (reports / "summary.md").read_text()
 
@@ -117,7 +119,7 @@ def test_a_run_without_coverage_drops_an_earlier_section(user_package: Path,
 def test_unknown_target_is_a_one_line_usage_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "ddp_conformance", "run", "--coverage", "no_such_module_xyz",
-         "--report-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+         "--report-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=deadline(120))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "ddp-conformance: error: --coverage 'no_such_module_xyz': neither a path nor an "

@@ -21,6 +21,7 @@ from ddp_conformance.catalog.strategies import (
 from ddp_conformance.errors import UsageError
 from ddp_conformance.fuzz import Fuzzer, parse_duration
 from ddp_conformance.judge.verdict import Result, Verdict
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +135,7 @@ def test_fuzz_finds_and_shrinks_a_mutant_on_real_ranks() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "ddp_conformance", "fuzz", "--candidate",
          "tests.mutants.sync:NoSyncIgnored", "--budget", "60s", "--shrink-budget", "30s"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=deadline(300))
     assert out.returncode == 1, out.stdout + out.stderr
     literal = next(line.strip() for line in out.stdout.splitlines()
                    if line.strip().startswith("Scenario('fuzz/shrunk-"))

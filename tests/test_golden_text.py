@@ -22,13 +22,17 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import expecttest
 
-from ddp_conformance.cli import progress_line, summary_table
+from ddp_conformance.catalog.listing import catalog_table
+from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.cli import build_parser, progress_line, summary_table
 from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 from ddp_conformance.pytest_items import describe
 from ddp_conformance.report.markdown import markdown_summary
+from tests.deadlines import deadline
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -161,12 +165,31 @@ def run_cli(*args: str) -> tuple[int, str]:
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
         try:
-            _, stderr = proc.communicate(timeout=10)
+            _, stderr = proc.communicate(timeout=deadline(10))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            raise AssertionError(f"ddp-conformance run {' '.join(args)} took over 10 s") from None
+            raise AssertionError(f"ddp-conformance run {' '.join(args)} took over "
+                                 f"{deadline(10):.0f} s") from None
     return proc.returncode, stderr
+
+
+def command_error(cwd: Path, *args: str) -> str:
+    """``python -m ddp_conformance ARGS`` run in ``cwd`` (the repository importable): its one
+    stderr line, which must come with exit code 2 before any rank starts."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_conformance", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=deadline(20))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"ddp-conformance {' '.join(args)} took over 20 s") from None
+    assert proc.returncode == 2 and len(stderr.splitlines()) == 1, (proc.returncode, stderr)
+    return stderr.strip()
 
 
 #: Machine- or version-specific parts of an error line, and what replaces them.
@@ -219,6 +242,125 @@ class TestUsageErrors(expecttest.TestCase):
 
     def test_unknown_option(self) -> None:
         self.assertExpectedInline(self.usage_error("--no-such-option"), """ddp-conformance: error: unrecognized arguments: --no-such-option""")
+
+
+class TestInputErrors(expecttest.TestCase):
+    """Input that gave a traceback (or was lost silently) before: one line, exit 2, for
+    every command. Each runs in a fresh directory holding the files it names."""
+
+    def setUp(self) -> None:
+        self.dir = Path(self.enterContext(tempfile.TemporaryDirectory()))
+        (self.dir / "afile").write_text("")
+        (self.dir / "adir").mkdir()
+        (self.dir / "latin1.txt").write_bytes(b"gradients/*  # caf\xe9\n")
+        (self.dir / "run").mkdir()
+        (self.dir / "run" / "results.jsonl").write_bytes(b'{"type": "run"}\n\xff\n')
+        (self.dir / "mydp.py").write_text(
+            "class NoGroup:\n    def __init__(self, module, device_ids=None):\n"
+            "        self.module = module\n")
+
+    def error(self, *args: str) -> str:
+        return command_error(self.dir, *args)
+
+    def test_report_dir_under_a_file(self) -> None:
+        self.assertExpectedInline(self.error("run", "--report-dir", "afile/out"), """ddp-conformance: error: cannot write afile/out: afile is a file, not a directory""")
+
+    def test_report_dir_is_a_file(self) -> None:
+        self.assertExpectedInline(self.error("run", "--report-dir", "afile"), """ddp-conformance: error: cannot write afile: afile is a file, not a directory""")
+
+    def test_expectations_not_utf8(self) -> None:
+        self.assertExpectedInline(self.error("run", "--expectations", "latin1.txt"), """ddp-conformance: error: cannot read expectations file 'latin1.txt': not UTF-8 text (byte 0xe9 on line 1)""")
+
+    def test_expectations_a_directory(self) -> None:
+        self.assertExpectedInline(self.error("run", "--expectations", "adir"), """ddp-conformance: error: cannot read expectations file 'adir': Is a directory""")
+
+    def test_candidate_without_process_group(self) -> None:
+        self.assertExpectedInline(self.error("run", "--candidate", "mydp:NoGroup"), """ddp-conformance: error: candidate 'mydp:NoGroup' cannot be called as torch's DDP is, NoGroup(module, process_group=group, **ddp_options): got an unexpected keyword argument 'process_group' (its signature: (module, device_ids=None)); accept process_group=, or give a Candidate""")
+
+    def test_fuzz_two_candidates(self) -> None:
+        self.assertExpectedInline(self.error("fuzz", "--candidate", "mydp:MyDDP", "--candidate", "torch", "--budget", "10"), """ddp-conformance: error: fuzz takes one --candidate, got 2 (mydp:MyDDP, torch); run fuzz once per candidate""")
+
+    def test_fuzz_no_candidate(self) -> None:
+        self.assertExpectedInline(self.error("fuzz"), """ddp-conformance: error: fuzz needs --candidate SPEC (one candidate)""")
+
+    def test_fuzz_report_dir_is_a_file(self) -> None:
+        self.assertExpectedInline(self.error("fuzz", "--candidate", "torch", "--report-dir", "afile"), """ddp-conformance: error: cannot write afile/repro: afile is a file, not a directory""")
+
+    def test_repro_two_candidates(self) -> None:
+        self.assertExpectedInline(self.error("repro", "gradients/mlp-sgd", "--candidate", "torch", "--candidate", "reference"), """ddp-conformance: error: repro takes one --candidate, got 2 (torch, reference); run repro once per candidate""")
+
+    def test_repro_report_dir_under_a_file(self) -> None:
+        self.assertExpectedInline(self.error("repro", "gradients/mlp-sgd", "--candidate", "torch", "--report-dir", "afile/out"), """ddp-conformance: error: cannot write afile/out/repro: afile is a file, not a directory""")
+
+    def test_bench_report_dir_under_a_file(self) -> None:
+        self.assertExpectedInline(self.error("bench", "--report-dir", "afile/out"), """ddp-conformance: error: cannot write afile/out: afile is a file, not a directory""")
+
+    def test_report_results_not_utf8(self) -> None:
+        self.assertExpectedInline(self.error("report", "run"), """ddp-conformance: error: cannot read results 'run/results.jsonl': not UTF-8 text (byte 0xff on line 2)""")
+
+    def test_report_two_directories(self) -> None:
+        self.assertExpectedInline(self.error("report", "run", "--report-dir", "adir"), """ddp-conformance: error: give the run's directory once: RESULTS_DIR 'run' or --report-dir 'adir'""")
+
+    def test_list_matches_nothing(self) -> None:
+        self.assertExpectedInline(self.error("list", "-k", "no-such-scenario"), """ddp-conformance: error: no scenario matches -k 'no-such-scenario'""")
+
+
+class TestCommandText(expecttest.TestCase):
+    def test_list_fits_100_columns(self) -> None:
+        scenarios = [
+            Scenario("gradients/exact-dyadic", "mlp", "dyadic data: sums exact in any order, so "
+                     "the candidate must match the oracle bitwise, whatever its reduction order",
+                     exact=True),
+            Scenario("join/uneven-throw-with-unused-and-static-graph-long-id", "unused_param",
+                     "a long id", ddp_options={"find_unused_parameters": True,
+                                               "static_graph": True, "bucket_cap_mb": 1,
+                                               "gradient_as_bucket_view": True},
+                     world_sizes=(2, 4)),
+        ]
+        self.assertExpectedInline(catalog_table(scenarios), """\
+scenario                                                world size  needs
+---------------------------------------------------------------------------------------------------
+gradients/exact-dyadic                                  any         -
+    dyadic data: sums exact in any order, so the candidate must match the oracle bitwise, whatever
+    its reduction order (model mlp)
+join/uneven-throw-with-unused-and-static-graph-long-id  2 or 4      option:bucket_cap_mb,
+                                                                    option:find_unused_parameters,
+                                                                    option:gradient_as_bucket_view,
+                                                                    option:static_graph
+    a long id (model unused_param)""")
+
+    def test_fuzz_help(self) -> None:
+        sub = next(a for a in build_parser()._actions if a.dest == "command")
+        with mock.patch.dict(os.environ, {"COLUMNS": "100"}):
+            text = sub.choices["fuzz"].format_help()  # type: ignore[attr-defined]
+        self.assertExpectedInline(text, """\
+usage: ddp-conformance fuzz [-h] [--candidate SPEC] [--backend NAME] [--device DEV]
+                            [--world-size N] [--timeout S] [--report-dir DIR] [--budget TIME]
+                            [--shrink-budget TIME] [--seed N] [--keep-going]
+
+options:
+  -h, --help            show this help message and exit
+  --candidate SPEC, --ddp-candidate SPEC
+                        the candidate DDP to fuzz, as for run; exactly one (fuzz each candidate
+                        with its own command): torch's DDP runs every scenario first
+  --backend NAME, --ddp-backend NAME
+                        process-group backend: gloo (default), nccl, or MODULE:NAME, a backend
+                        that importing MODULE registers as NAME
+                        (torch.distributed.Backend.register_backend)
+  --device DEV, --ddp-device DEV
+                        tensor device: cpu (default) or cuda (nccl, and a backend registered for
+                        cuda only, imply cuda)
+  --world-size N, --ddp-world-size N
+                        ranks (default 2), or world sizes drawn in turn: 1-4, 1,3
+  --timeout S, --ddp-timeout S
+                        deadline of one case in seconds (default 60)
+  --report-dir DIR, --ddp-report-dir DIR
+                        each finding's standalone reproducer goes to DIR/repro (default reports/)
+  --budget TIME         how long to generate scenarios: 90s, 5m, 1h (default 5m)
+  --shrink-budget TIME  how long to shrink a failure (default 2m)
+  --seed N              the same seed generates the same scenarios (default 0)
+  --keep-going          after a failure, shrink it and go on until the budget is spent
+""")
 
 
 class TestFailureEvidence(expecttest.TestCase):

@@ -16,6 +16,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.deadlines import deadline
+
 pytestmark = pytest.mark.gpu
 
 #: Seconds a case may take at most on a GPU after the pool started. CUDA start-up, when a
@@ -62,7 +64,7 @@ def test_pytest_route_on_nccl() -> None:
     needs(nccl=True)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                            "suites", "--backend", "nccl", "--world-size", "1"],
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=deadline(1800))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from ddp_conformance.ranks.hygiene import Fingerprint
 from ddp_conformance.ranks.leaks import Hygiene, LeakLedger
 from ddp_conformance.ranks.orphans import become_subreaper, end_descendants
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ("DefaultDeviceMeta", "PatchesTensorAdd", "GlobalForwardHook", "EntersFunctionMode",
@@ -147,7 +148,7 @@ def test_hostile_candidates_change_no_verdict_of_torch(tmp_path: Path) -> None:
     env = {**os.environ, "HOSTILE_RUN": token}
     try:
         run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=900)
+                             timeout=deadline(900))
         left = _marked(token)
     finally:
         for pid in _marked(token):  # nothing of this test survives it, whatever happened

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import deadline
+
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = ("torch", "reference", "tests.ignite_like:auto_ddp")
 
@@ -31,7 +33,7 @@ def verdicts(backend: str, directory: Path, trace: bool) -> dict[tuple[str, str]
         command += ["--collectives", "off"]
     if not trace:
         command.append("--no-trace")
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=deadline(1800),
                           check=False)
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     records = [json.loads(line) for line in (directory / "results.jsonl").read_text().splitlines()]
@@ -65,7 +67,7 @@ def test_a_backend_whose_works_have_no_future_runs_traced(tmp_path: Path) -> Non
          "tests.backends.no_future:no_future", "--compare-backend", "none", "--timeout", "120",
          "--collectives", "only", "-k", "(allreduce-sum-float32 or send-recv-float32) and not "
          "float32-future and not float32-then", "--report-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        cwd=ROOT, capture_output=True, text=True, timeout=deadline(600), check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     verdicts = {r["scenario"]: r["verdict"] for r in results if r["type"] == "result"}

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import deadline
+
 #: A conftest.py as common in ML repositories: the short names this plugin would like too.
 CONFTEST = '''
 def pytest_addoption(parser):
@@ -27,7 +29,7 @@ def pytest_addoption(parser):
 def _pytest(repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=deadline(timeout))
 
 
 def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -87,6 +89,6 @@ def test_namespaced_options_when_the_short_ones_are_taken(tmp_path: Path) -> Non
 def test_bad_namespaced_options_stop_with_one_line(tmp_path: Path, bad: list[str]) -> None:
     repo = _repo(tmp_path, {"conftest.py": CONFTEST})
     proc = _pytest(repo, "--pyargs", "ddp_conformance_suites", "-k", "gradients/mlp-sgd", *bad,
-                   timeout=120)
+                   timeout=deadline(120))
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "ddp-conformance:" in proc.stderr and "Traceback" not in proc.stderr

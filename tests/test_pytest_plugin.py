@@ -7,12 +7,14 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.deadlines import deadline
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+                          cwd=ROOT, capture_output=True, text=True, timeout=deadline(timeout))
 
 
 def junit_outcomes(path: Path) -> dict[str, str]:
@@ -40,7 +42,7 @@ def test_pytest_xdist_agrees_with_the_command_line(tmp_path: Path) -> None:
     by_pytest = junit_outcomes(tmp_path / "j.xml")
     cli = subprocess.run([sys.executable, "-m", "ddp_conformance", "run", "--report-dir",
                           str(tmp_path / "cli"), *candidates], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=deadline(600))
     assert cli.returncode == 1
     rows = [json.loads(x) for x in (tmp_path / "cli" / "results.jsonl").read_text().splitlines()]
     expected = {"PASS": "passed", "FAIL": "failed", "ERROR": "failed", "N/A": "skipped",

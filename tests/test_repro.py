@@ -38,6 +38,7 @@ from ddp_conformance.script.logging_group import (
     TIMEOUT_ENV,
     collective_timeout_s,
 )
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds one torchrun of a reproducer may take (a hang fails the test, never blocks it).
@@ -68,7 +69,7 @@ def _script(case: str, candidate: str, directory: Path, ranks: int = 2) -> Path:
     out = subprocess.run([sys.executable, "-m", "ddp_conformance", "repro", case,
                           "--candidate", candidate, "--world-size", str(ranks),
                           "--out", str(directory)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, capture_output=True, text=True, timeout=deadline(120))
     assert out.returncode == 0, out.stderr
     script = Path(out.stdout.splitlines()[0])
     assert not re.search(r"^\s*(import|from)\s+(ddp_conformance|ddp_reference)",

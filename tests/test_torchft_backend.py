@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import deadline
+
 pytest.importorskip("torchft")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +31,7 @@ MODULE = "tests.backends.torchft_groups"
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, check=False)
+                          timeout=deadline(600), check=False)
 
 
 def _records(report_dir: Path) -> list[dict[str, object]]:

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from ddp_conformance.ranks.torchrun import detect
+from tests.deadlines import deadline
 
 
 def _free_port() -> int:
@@ -46,7 +47,7 @@ def test_two_nodes_on_localhost(tmp_path: object) -> None:
            "--report-dir", report]
     nodes = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) for _ in range(2)]
-    outputs = [p.communicate(timeout=240)[0] for p in nodes]
+    outputs = [p.communicate(timeout=deadline(240))[0] for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], "\n".join(outputs)
     leader = [o for o in outputs if "ddp-conformance:" in o and "cases" in o]
     assert len(leader) == 1, outputs  # one result set, written by global rank 0

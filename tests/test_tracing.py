@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_conformance.ranks.tracing import TRACER, Collective, Tracer, TracingProcessGroup
+from tests.deadlines import deadline
 
 GLOO = dist.ProcessGroup.BackendType.GLOO
 #: The repository root: the subprocesses import ``tests.backends`` from there.
@@ -160,7 +161,7 @@ def test_registered_traced_backend_traces_every_group_into_the_global_tracer() -
         finally:
             dist.destroy_process_group()
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=deadline(120),
                           check=False)
     assert proc.returncode == 0, proc.stderr
 
@@ -223,7 +224,7 @@ def test_the_trace_is_invisible_to_every_public_query(backend: str) -> None:
     the same traced and untraced, on the default group and on subgroups created with and
     without ``backend=``; every traced group's collectives are traced all the same."""
     proc = subprocess.run([sys.executable, "-c", _SEEN, backend], capture_output=True, text=True,
-                          timeout=120, check=False, cwd=_ROOT)
+                          timeout=deadline(120), check=False, cwd=_ROOT)
     assert proc.returncode == 0, proc.stderr
     name = backend.rpartition(":")[2]
     # c10d's own group over a registered backend's object calls itself "custom"

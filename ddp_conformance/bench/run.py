@@ -20,9 +20,8 @@ from ddp_conformance.report.files import ReportFiles
 from ddp_conformance.report.gitstate import project_git_state
 from ddp_conformance.report.timing import BASELINE, timing_markdown
 
+from .command import EXPERIMENTS
 from .models import DEFAULT_MODELS, MODELS
-
-EXPERIMENTS = ("timing", "bucket-sweep", "no-sync", "overlap", "breakdown")
 
 #: (steps, rounds) per experiment when not given.
 DEFAULTS: dict[str, tuple[int, int]] = {"timing": (2, 40), "bucket-sweep": (4, 4), "no-sync": (2, 4),

@@ -30,6 +30,7 @@ from ddp_conformance.contract.capability import (
     Capabilities,
     Capability,
 )
+from ddp_conformance.errors import UsageError
 
 
 class DDPLikeAdapter(WrappedModuleAdapter):
@@ -133,9 +134,34 @@ def _other_signature(method: Any) -> str | None:
     try:
         sig.bind(None, None)
     except TypeError:
-        bare = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
-        return str(sig.replace(parameters=bare, return_annotation=inspect.Signature.empty))
+        return _bare(sig)
     return None
+
+
+def _bare(sig: inspect.Signature) -> str:
+    """``sig`` without its annotations, as ``(module, device_ids=None)``."""
+    bare = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
+    return str(sig.replace(parameters=bare, return_annotation=inspect.Signature.empty))
+
+
+def check_constructor(name: str, factory: Callable[..., Any]) -> None:
+    """Raise :class:`UsageError` (exit 2, before any case) when ``factory`` cannot be called
+    as the harness calls every DDP-like candidate, ``factory(module, process_group=group,
+    **ddp_options)``, as torch's DDP is: a constructor without ``process_group`` (and
+    without ``**kwargs``) would fail every case with the same TypeError. A signature that
+    cannot be read is given the benefit of the doubt."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(None, process_group=None)
+    except TypeError as exc:
+        called = getattr(factory, "__name__", "factory")
+        raise UsageError(
+            f"candidate {name!r} cannot be called as torch's DDP is, {called}(module, "
+            f"process_group=group, **ddp_options): {exc} (its signature: {_bare(sig)}); "
+            f"accept process_group=, or give a Candidate") from None
 
 
 #: The note on an option granted only because the factory takes ``**kwargs``.
@@ -180,7 +206,9 @@ def kwargs_only_remark(capabilities: frozenset[str], options: Iterable[str]) -> 
 
 def ddp_like_candidate(name: str, factory: Callable[..., nn.Module], version: str = "",
                        description: str = "") -> Candidate:
-    """A :class:`Candidate` for a callable with DDP's constructor signature."""
+    """A :class:`Candidate` for a callable with DDP's constructor signature (a
+    :class:`UsageError` for one that takes no ``process_group``: :func:`check_constructor`)."""
+    check_constructor(name, factory)
     accepted, takes_device_ids = _accepted_options(factory)
 
     def wrap(module: nn.Module, process_group: Any, device: torch.device,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.user_files import read_user_text
 
 
 @dataclass
@@ -49,11 +50,7 @@ class Expectations:
     def load(cls, path: str | None) -> Expectations:
         if not path:
             return cls()
-        try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except OSError as exc:
-            raise UsageError(f"cannot read expectations file {path!r}: {exc.strerror}") from None
+        lines = read_user_text(path, "expectations file").splitlines()
         entries = []
         for number, raw in enumerate(lines, 1):
             line = raw.strip()

@@ -24,24 +24,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ddp_conformance.errors import EXIT_FAILED
+from ddp_conformance.errors import BackendInsane
 from ddp_conformance.ranks.tracing import cpp_rank_size
 
 #: The function the ranks run (``RankPool.call``).
 RANK_CHECK = "ddp_conformance.ranks.sanity:rank_check"
 #: How long the check may take on all ranks together (a hang is a failed check).
 CHECK_TIMEOUT_S = 120.0
-
-
-class BackendInsane(Exception):
-    """The backend disagrees with what the harness set up: the run ends, exit code 1."""
-
-    exit_code = EXIT_FAILED
-
-    def __init__(self, backend: str, world_size: int, lines: list[str]) -> None:
-        self.lines = lines
-        super().__init__(f"backend {backend} disagrees with the {world_size}-rank job the "
-                         f"harness set up; no case ran:\n" + "\n".join(lines))
 
 
 def rank_check(rank: int, world_size: int, device_kind: str = "cpu") -> list[str]:

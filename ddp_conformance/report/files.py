@@ -41,8 +41,20 @@ def make_dir(directory: str) -> None:
     """``os.makedirs(directory, exist_ok=True)``, its failure a :class:`ReportDirError`."""
     try:
         os.makedirs(directory, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ReportDirError(f"cannot write {directory}: {_file_in_the_way(directory)} is a "
+                             f"file, not a directory") from None
     except OSError as exc:
         raise write_failed(directory, exc) from None
+
+
+def _file_in_the_way(directory: str) -> str:
+    """The nearest of ``directory`` and its parents that exists: a file, where
+    :func:`os.makedirs` failed with EEXIST or ENOTDIR."""
+    head = os.path.normpath(directory)
+    while head and not os.path.lexists(head):
+        head = os.path.dirname(head)
+    return head or directory
 
 
 def check_writable(directory: str) -> None:

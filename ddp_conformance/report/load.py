@@ -9,6 +9,7 @@ from typing import Any
 
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.verdict import BackendComparison, CheckFailure, Figure, Result, Verdict
+from ddp_conformance.user_files import read_user_text
 
 RESULTS_FILE = "results.jsonl"
 BENCH_FILE = "bench.json"
@@ -76,11 +77,7 @@ def load_results(path: str) -> RunData:
     :class:`UsageError` when the file is missing or not a results stream.
     """
     file = results_path(path)
-    try:
-        with open(file, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise UsageError(f"cannot read results {file!r}: {exc.strerror}") from None
+    lines = read_user_text(file, "results").splitlines()
     info: dict[str, Any] | None = None
     results: dict[tuple[str, str], Result] = {}
     notes: list[str] = []
@@ -113,9 +110,9 @@ def load_bench(path: str) -> dict[str, Any] | None:
     file = os.path.join(path, BENCH_FILE) if os.path.isdir(path) else path
     if not os.path.exists(file):
         return None
+    text = read_user_text(file, "timing results")
     try:
-        with open(file, encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
+        data: dict[str, Any] = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise UsageError(f"cannot read timing results {file!r}: {exc}") from None
     return data

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.deadlines import deadline
 from tests.distributed import run_distributed
 from tests.reference import workers
 
@@ -15,7 +16,7 @@ NAMES = sorted(workers.SCENARIOS)
 @pytest.fixture(scope="module")
 def results() -> list[dict[str, list[str]]]:
     # One distributed run for every scenario keeps the suite fast.
-    return run_distributed(workers.compare_scenarios, 2, NAMES, timeout=300)
+    return run_distributed(workers.compare_scenarios, 2, NAMES, timeout=deadline(300))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.deadlines import deadline
 from tests.distributed import run_distributed
 from tests.reference import feature_workers as fw
 
@@ -91,7 +92,7 @@ def test_sync_strategies_match_composer_table() -> None:
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_join_matches_torch(world_size: int) -> None:
-    results = run_distributed(fw.join_equivalence, world_size, timeout=240)
+    results = run_distributed(fw.join_equivalence, world_size, timeout=deadline(240))
     for rank, per_rank in enumerate(results):
         for key, outcome in per_rank.items():
             assert outcome["diffs"] == [], f"rank {rank} {key}: {outcome['diffs']}"
@@ -127,7 +128,7 @@ def test_join_throw_on_early_termination_matches_torch() -> None:
 
 
 def test_comm_hooks_match_torch() -> None:
-    results = run_distributed(fw.comm_hooks, 2, timeout=240)
+    results = run_distributed(fw.comm_hooks, 2, timeout=deadline(240))
     for rank, per_rank in enumerate(results):
         plain = per_rank["plain"]
         for hook in ("allreduce", "fp16", "powersgd"):
