@@ -335,8 +335,9 @@ join/uneven-throw-with-unused-and-static-graph-long-id  2 or 4      option:bucke
             text = sub.choices["fuzz"].format_help()  # type: ignore[attr-defined]
         self.assertExpectedInline(text, """\
 usage: ddp-conformance fuzz [-h] [--candidate SPEC] [--backend NAME] [--device DEV]
-                            [--world-size N] [--timeout S] [--report-dir DIR] [--budget TIME]
-                            [--shrink-budget TIME] [--seed N] [--keep-going]
+                            [--world-size N] [--timeout S] [--allow-oversubscribe]
+                            [--report-dir DIR] [--budget TIME] [--shrink-budget TIME] [--seed N]
+                            [--keep-going]
 
 options:
   -h, --help            show this help message and exit
@@ -354,6 +355,9 @@ options:
                         ranks (default 2), or world sizes drawn in turn: 1-4, 1,3
   --timeout S, --ddp-timeout S
                         deadline of one case in seconds (default 60)
+  --allow-oversubscribe, --ddp-allow-oversubscribe
+                        run a world size that does not fit this machine (more ranks than 8 per
+                        core, or than its memory holds) instead of refusing it
   --report-dir DIR, --ddp-report-dir DIR
                         each finding's standalone reproducer goes to DIR/repro (default reports/)
   --budget TIME         how long to generate scenarios: 90s, 5m, 1h (default 5m)

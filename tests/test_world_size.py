@@ -13,6 +13,7 @@ import pytest
 from ddp_conformance.errors import UsageError
 from ddp_conformance.ranks.capacity import RANKS_PER_CORE, check_cores, check_memory
 from ddp_conformance.ranks.pool import RankPool
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +44,7 @@ def test_the_cli_refuses_a_world_size_beyond_the_cores_with_one_line(tmp_path: P
     size = RANKS_PER_CORE * (os.cpu_count() or 1) + 1
     proc = subprocess.run([sys.executable, "-m", "ddp_conformance", "run", "--world-size",
                            str(size), "--report-dir", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=deadline(300), check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"ddp-conformance: error: --world-size {size}: {size} ranks on {os.cpu_count()} cores "
