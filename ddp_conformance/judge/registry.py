@@ -2,9 +2,9 @@
 
 A unit is a function of a :class:`Context` registered with :func:`check`, which names it,
 lists the check ids it may report (``init.param``, ``trace.dtype``, ...) and says when it
-applies. :func:`run_checks` runs the registered units in registration order (the order
-:mod:`ddp_conformance.judge.checks` imports them in), each inside
-:meth:`Evidence.reporting`, so a unit that reports an id it did not declare raises
+applies. :func:`ddp_conformance.judge.checks.run_checks` runs the registered units in
+registration order (the order :mod:`ddp_conformance.judge.checks` imports them in), each
+inside :meth:`Evidence.reporting`, so a unit that reports an id it did not declare raises
 ``AssertionError``: the registry's ids are everything the judge can fail.
 
 A unit's docstring is its contract: what it demands, and why torch's DDP behaves so.
@@ -12,14 +12,16 @@ A unit's docstring is its contract: what it demands, and why torch's DDP behaves
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.oracle import OracleRecord
 from ddp_conformance.judge.tolerance import Policy
 from ddp_conformance.ranks.records import RankRecord
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Context:
     trace: bool
     evidence: Evidence
     strict_messages: bool = False
+    #: What :meth:`once` computed for this group, by the function that computed it.
+    _facts: dict[Callable[..., Any], Any] = field(default_factory=dict, compare=False,
+                                                  repr=False)
 
     @property
     def policy(self) -> Policy:
@@ -47,13 +52,13 @@ class Context:
         scenario's (bitwise where exact, its override) over the model's gradient dtypes."""
         return Policy.for_model(self.scenario.exact, self.scenario.rtol, self.oracle.grad_dtypes)
 
-    @cached_property
-    def trace_bypass(self) -> str | None:
-        """Why the trace cannot judge this group's run (None: it can), found once for all
-        the ``trace.*`` units (:func:`ddp_conformance.judge.trace_blind.bypass`)."""
-        from ddp_conformance.judge.trace_blind import bypass
-
-        return bypass(self)
+    def once(self, fact: Callable[[Context], T]) -> T:
+        """``fact(self)``, computed once for this group and shared by every unit that asks
+        (e.g. why the trace cannot judge the run, for all the ``trace.*`` units:
+        :func:`ddp_conformance.judge.trace_blind.bypass`)."""
+        if fact not in self._facts:
+            self._facts[fact] = fact(self)
+        return self._facts[fact]
 
     @property
     def expects_error(self) -> bool:
@@ -114,22 +119,11 @@ def check(name: str, *ids: str, when: Applies) -> Callable[[Body], Body]:
     return register
 
 
-def registered() -> tuple[CheckUnit, ...]:
-    """Every check unit, in the order they run."""
-    import ddp_conformance.judge.checks  # noqa: F401 - registers the units, in order
-
+def units() -> tuple[CheckUnit, ...]:
+    """The units registered so far, in registration order: all of them once
+    :mod:`ddp_conformance.judge.checks` is imported (read them through its
+    ``registered``)."""
     return tuple(_REGISTRY)
-
-
-def declared_ids() -> list[str]:
-    """Every check id the judge can report, in run order."""
-    return [i for unit in registered() for i in unit.ids]
-
-
-def run_checks(ctx: Context) -> None:
-    """Run every applicable unit on ``ctx``, in order, adding to ``ctx.evidence``."""
-    for unit in registered():
-        unit(ctx)
 
 
 # When units apply. An expected error ends the scenario's iteration: that iteration is no

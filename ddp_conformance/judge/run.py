@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.judge.checks import run_checks
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.oracle import OracleRecord
-from ddp_conformance.judge.registry import Context, run_checks
+from ddp_conformance.judge.registry import Context
 from ddp_conformance.ranks.records import RankRecord
 
 

@@ -106,7 +106,7 @@ def bypass(ctx: Context) -> str | None:
 def trace_applies(ctx: Context, check: str) -> bool:
     """Whether trace check ``check`` can judge this run; where not, note why (once per
     check and group) and report nothing for it."""
-    why = ctx.trace_bypass
+    why = ctx.once(bypass)
     if why is None:
         return True
     ctx.evidence.note(f"{check} {NOT_APPLIED} ({why})")

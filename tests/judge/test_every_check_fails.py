@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from ddp_conformance.catalog.scenario import Accumulate, Scenario
-from ddp_conformance.judge.registry import declared_ids
+from ddp_conformance.judge.checks import declared_ids
 from ddp_conformance.ranks.tracing import Collective
 
 from .world import World, make_world

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from ddp_conformance.judge.checks import declared_ids, registered
 from ddp_conformance.judge.evidence import Evidence
-from ddp_conformance.judge.registry import Context, check, declared_ids, registered, values
+from ddp_conformance.judge.registry import Context, check, values
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -35,3 +35,21 @@ from ddp_conformance.judge.checks import trace_reduced_once  # noqa: F401
 from ddp_conformance.judge.checks import trace_consistent  # noqa: F401
 from ddp_conformance.judge.checks import trace_buckets  # noqa: F401
 # isort: on
+
+from ddp_conformance.judge.registry import CheckUnit, Context, units  # noqa: E402
+
+
+def registered() -> tuple[CheckUnit, ...]:
+    """Every check unit, in the order they run (all registered: this module imported them)."""
+    return units()
+
+
+def declared_ids() -> list[str]:
+    """Every check id the judge can report, in run order."""
+    return [i for unit in registered() for i in unit.ids]
+
+
+def run_checks(ctx: Context) -> None:
+    """Run every applicable unit on ``ctx``, in order, adding to ``ctx.evidence``."""
+    for unit in registered():
+        unit(ctx)
