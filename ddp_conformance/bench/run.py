@@ -71,20 +71,7 @@ def run_bench(cfg: BenchConfig, out: TextIO, pool: RankPool | None = None) -> di
 
     ``pool`` (with ``cfg.world_size`` ranks) is used instead of a new one, and left open.
     """
-    if cfg.experiment not in EXPERIMENTS:
-        raise UsageError(f"unknown experiment {cfg.experiment!r} (known: {', '.join(EXPERIMENTS)})")
-    device = validate(cfg.backend, cfg.device, cfg.world_size)
-    if cfg.world_size < 2:
-        raise UsageError("bench needs --world-size of at least 2 (there is nothing to communicate)")
-    candidates = list(dict.fromkeys(cfg.candidates))
-    if cfg.experiment in ("timing", "breakdown") and BASELINE not in candidates:
-        candidates.insert(0, BASELINE)  # ratios are to torch DDP
-    for spec in candidates:
-        resolve_candidate(spec)  # UsageError now, not on the ranks
-    steps_default, rounds_default = DEFAULTS[cfg.experiment]
-    steps, rounds = cfg.steps or steps_default, cfg.rounds or rounds_default
-    if steps < 1 or rounds < 1:
-        raise UsageError("--steps and --rounds must be at least 1")
+    device, candidates, steps, rounds = _checked(cfg)
     models = _models(cfg)
     base = {"candidates": candidates, "steps": steps, "rounds": rounds, "warmup": cfg.warmup,
             "backend": cfg.backend, "device": device}
@@ -100,42 +87,78 @@ def run_bench(cfg: BenchConfig, out: TextIO, pool: RankPool | None = None) -> di
         info = bench_info(cfg.world_size, pool.threads, cfg.backend, device)
         if own:
             pool.start()
-        if cfg.experiment in ("timing", "breakdown"):
-            results = {}
-            for m in models:
-                t = time.monotonic()
-                results[m] = pool.call("ddp_conformance.bench.timing:bench_model",
-                                       {**base, "model": m, "local": cfg.experiment == "breakdown"},
-                                       timeout_s=cfg.timeout_s)[0]
-                out.write(f"  {m}: {time.monotonic() - t:.1f}s\n")
-                out.flush()
-            section = {"info": info, "config": {**base, "models": models}, "models": results,
-                       "command": command_line()}
-            if cfg.experiment == "timing":
-                data["timing"] = section
-            else:
-                data.setdefault("experiments", {})["breakdown"] = {
-                    "info": info, "config": section["config"], "data": {"models": results},
-                    "command": command_line()}
-        else:
-            function = cfg.experiment.replace("-", "_")
-            for m in models:
-                extra: dict[str, Any] = {"model": m}
-                if cfg.experiment == "bucket-sweep":
-                    extra["caps"] = BUCKET_CAPS_MB
-                    extra["grad_mb"] = _grad_mb(m)
-                elif cfg.experiment == "no-sync":
-                    extra["ns"] = NO_SYNC_NS
-                t = time.monotonic()
-                result = pool.call(f"ddp_conformance.bench.experiments:{function}", {**base, **extra},
-                                   timeout_s=cfg.timeout_s)[0]
-                out.write(f"  {m}: {time.monotonic() - t:.1f}s\n")
-                key = cfg.experiment if m == "mlp10m" else f"{cfg.experiment}:{m}"
-                data.setdefault("experiments", {})[key] = {
-                    "info": info, "config": {**base, **extra}, "data": result, "command": command_line()}
+        run = _run_timing if cfg.experiment in ("timing", "breakdown") else _run_experiment
+        run(cfg, pool, models, base, info, data, out)
     finally:
         if own:
             pool.close()
+    _write(cfg, data, out, started)
+    return data
+
+
+def _checked(cfg: BenchConfig) -> tuple[str, list[str], int, int]:
+    """The bench's device kind, candidates (torch first where ratios are to it), steps and
+    rounds; a :class:`UsageError` for what cannot run, before any rank starts."""
+    if cfg.experiment not in EXPERIMENTS:
+        raise UsageError(f"unknown experiment {cfg.experiment!r} (known: {', '.join(EXPERIMENTS)})")
+    device = validate(cfg.backend, cfg.device, cfg.world_size)
+    if cfg.world_size < 2:
+        raise UsageError("bench needs --world-size of at least 2 (there is nothing to communicate)")
+    candidates = list(dict.fromkeys(cfg.candidates))
+    if cfg.experiment in ("timing", "breakdown") and BASELINE not in candidates:
+        candidates.insert(0, BASELINE)  # ratios are to torch DDP
+    for spec in candidates:
+        resolve_candidate(spec)  # UsageError now, not on the ranks
+    steps_default, rounds_default = DEFAULTS[cfg.experiment]
+    steps, rounds = cfg.steps or steps_default, cfg.rounds or rounds_default
+    if steps < 1 or rounds < 1:
+        raise UsageError("--steps and --rounds must be at least 1")
+    return device, candidates, steps, rounds
+
+
+def _run_timing(cfg: BenchConfig, pool: RankPool, models: list[str], base: dict[str, Any],
+                info: dict[str, Any], data: dict[str, Any], out: TextIO) -> None:
+    """The timing (or its breakdown) of every model, into ``data``."""
+    results = {}
+    for m in models:
+        t = time.monotonic()
+        results[m] = pool.call("ddp_conformance.bench.timing:bench_model",
+                               {**base, "model": m, "local": cfg.experiment == "breakdown"},
+                               timeout_s=cfg.timeout_s)[0]
+        out.write(f"  {m}: {time.monotonic() - t:.1f}s\n")
+        out.flush()
+    section = {"info": info, "config": {**base, "models": models}, "models": results,
+               "command": command_line()}
+    if cfg.experiment == "timing":
+        data["timing"] = section
+    else:
+        data.setdefault("experiments", {})["breakdown"] = {
+            "info": info, "config": section["config"], "data": {"models": results},
+            "command": command_line()}
+
+
+def _run_experiment(cfg: BenchConfig, pool: RankPool, models: list[str], base: dict[str, Any],
+                    info: dict[str, Any], data: dict[str, Any], out: TextIO) -> None:
+    """One of the DDP paper's experiments on every model, into ``data``."""
+    function = cfg.experiment.replace("-", "_")
+    for m in models:
+        extra: dict[str, Any] = {"model": m}
+        if cfg.experiment == "bucket-sweep":
+            extra["caps"] = BUCKET_CAPS_MB
+            extra["grad_mb"] = _grad_mb(m)
+        elif cfg.experiment == "no-sync":
+            extra["ns"] = NO_SYNC_NS
+        t = time.monotonic()
+        result = pool.call(f"ddp_conformance.bench.experiments:{function}", {**base, **extra},
+                           timeout_s=cfg.timeout_s)[0]
+        out.write(f"  {m}: {time.monotonic() - t:.1f}s\n")
+        key = cfg.experiment if m == "mlp10m" else f"{cfg.experiment}:{m}"
+        data.setdefault("experiments", {})[key] = {
+            "info": info, "config": {**base, **extra}, "data": result, "command": command_line()}
+
+
+def _write(cfg: BenchConfig, data: dict[str, Any], out: TextIO, started: float) -> None:
+    """Write ``bench.json`` and the report set, and show the experiment's tables."""
     os.makedirs(cfg.report_dir, exist_ok=True)
     # Whole or absent, as every file of the report set (report/files.py).
     ReportFiles().write_text(os.path.join(cfg.report_dir, BENCH_FILE), lambda: json.dumps(data))
@@ -146,7 +169,6 @@ def run_bench(cfg: BenchConfig, out: TextIO, pool: RankPool | None = None) -> di
     out.write("\n".join(timing_markdown(shown)) + "\n")
     out.write(f"done in {time.monotonic() - started:.1f}s; wrote {', '.join(written)} and "
               f"{os.path.join(cfg.report_dir, BENCH_FILE)}\n")
-    return data
 
 
 def _grad_mb(model: str) -> float:

@@ -124,7 +124,52 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
     batch_size = draw(st.integers(1, 5))
     microbatches = draw(st.integers(1, 3))
     # Every choice is drawn whether it is used or not, so that the draws keep their places
-    # when another one shrinks (the shrinker then reaches the simplest scenario).
+    # when another one shrinks (the shrinker then reaches the simplest scenario). The
+    # helpers below draw in this function's order.
+    accumulate, sync_strategy = _draw_accumulation(draw, model, microbatches)
+    exact = model in EXACT_LR
+    optimizer = _draw_optimizer(draw, model, exact)
+    options = _draw_options(draw, model)
+    hook, rtol = draw(st.sampled_from(HOOKS))
+    if exact and rtol is not None:  # a compressing hook leaves the exact numbers
+        hook, rtol = None, None
+    # Now and then the hook is registered twice: DDP must refuse the second on every rank
+    # (torch: "register_comm_hook must only be called once"), as errors/ checks.
+    twice = draw(st.integers(0, 3)) == 3 and hook is not None
+    groups = draw(st.sampled_from(GROUPS.get(world_size, (None,))))
+    newer = _draw_newer(draw)
+    model_kwargs = _model_kwargs(model, newer, options)
+    if rtol is not None and (model in LOW_PRECISION_MODELS | COMPLEX_MODELS | NON_FINITE_MODELS):
+        hook, rtol = None, None
+    optimizer, autocast = _settle_precision(model, exact, optimizer, rtol, newer)
+    join = None
+    if newer["uneven"] and world_size > 1 and steps > 1 and microbatches == 1:
+        join = JoinSpec(fewer_steps_per_rank=newer["fewer"],
+                        divide_by_initial_world_size=not newer["divide"])
+    optimizer, surface = _draw_surface(draw, steps, microbatches, optimizer, hook is None,
+                                       groups is None, join, exact)
+    fields: dict[str, Any] = dict(
+        model=model, steps=steps, batch_size=batch_size, microbatches=microbatches,
+        accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,
+        zero_grad_set_to_none=not draw(st.booleans()), ddp_options=options,
+        init=draw(st.sampled_from([Init.SAME, Init.PER_RANK])), join=join, comm_hook=hook,
+        rtol=rtol, seed=draw(st.integers(0, 2**16)), groups=groups, model_kwargs=model_kwargs,
+        # Join shadows one forward per iteration (its allreduce of the active ranks): torch
+        # desyncs with several forwards per backward under Join, by design.
+        forwards=newer["forwards"] if join is None else 1,
+        eval_between_steps=newer["eval_between"] and join is None, autocast=autocast,
+        batch_size_step=newer["batch_step"], **surface)
+    if twice and hook is not None:  # the hook may have been dropped for the model since
+        fields.update(comm_hook_registrations=2, expect_error=TWICE_ERROR)
+    if exact:
+        fields.update(exact=True, lr=EXACT_LR[model])
+    return Scenario(id=generated_id(fields), **fields)
+
+
+def _draw_accumulation(draw: st.DrawFn, model: str,
+                       microbatches: int) -> tuple[Accumulate, SyncStrategy | None]:
+    """How the microbatches accumulate: each synced, under ``no_sync``, or a sync
+    strategy (forced_sync only where every rank uses the same parameters)."""
     how = draw(st.sampled_from(["sync_each", "no_sync", *(s.value for s in SyncStrategy)]))
     accumulate, sync_strategy = Accumulate.SYNC_EACH, None
     if microbatches > 1 and how == "no_sync":
@@ -133,12 +178,22 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         sync_strategy = SyncStrategy(how)
         if sync_strategy == SyncStrategy.FORCED_SYNC and model in RANK_DEPENDENT_USE:
             sync_strategy = SyncStrategy.MULTI_AUTO_SYNC
-    exact = model in EXACT_LR
+    return accumulate, sync_strategy
+
+
+def _draw_optimizer(draw: st.DrawFn, model: str, exact: bool) -> Optimizer:
+    """The optimizer, plain SGD where the model needs it (exact numbers, sparse or
+    non-finite gradients), no Adam on a low-precision model."""
     optimizer = draw(st.sampled_from([Optimizer.SGD, Optimizer.SGD_MOMENTUM, Optimizer.ADAM]))
     if exact or model in SPARSE_MODELS or model in NON_FINITE_MODELS:
         optimizer = Optimizer.SGD
     if optimizer is Optimizer.ADAM and model in LOW_PRECISION_MODELS:
         optimizer = Optimizer.SGD_MOMENTUM
+    return optimizer
+
+
+def _draw_options(draw: st.DrawFn, model: str) -> dict[str, Any]:
+    """DDP's constructor options (those not drawn are not passed: torch's defaults)."""
     options: dict[str, Any] = {}
     cap = draw(st.sampled_from(BUCKET_CAPS))
     if cap is not None:
@@ -153,34 +208,42 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         options["bucket_cap_mb_list"] = list(cap_list)
     if model in UNUSED_MODELS and not options.get("static_graph"):
         options["find_unused_parameters"] = True
-    hook, rtol = draw(st.sampled_from(HOOKS))
-    if exact and rtol is not None:  # a compressing hook leaves the exact numbers
-        hook, rtol = None, None
-    # Now and then the hook is registered twice: DDP must refuse the second on every rank
-    # (torch: "register_comm_hook must only be called once"), as errors/ checks.
-    twice = draw(st.integers(0, 3)) == 3 and hook is not None
-    groups = draw(st.sampled_from(GROUPS.get(world_size, (None,))))
-    # The model's own choices and the procedure's newer ones (drawn always, see above).
-    blocks = tuple(draw(st.lists(st.sampled_from(list(BLOCKS)), min_size=1, max_size=4)))
-    checkpoint = draw(st.sampled_from(CHECKPOINTS))
-    forwards = draw(st.integers(1, 2))
-    eval_between = draw(st.booleans())
-    autocast = draw(st.sampled_from([None, "bfloat16"]))
-    batch_step = draw(st.integers(0, 2))
+    return options
+
+
+def _draw_newer(draw: st.DrawFn) -> dict[str, Any]:
+    """The model's own choices and the procedure's newer ones (drawn always, see
+    :func:`scenarios`), by name."""
+    return dict(
+        blocks=tuple(draw(st.lists(st.sampled_from(list(BLOCKS)), min_size=1, max_size=4))),
+        checkpoint=draw(st.sampled_from(CHECKPOINTS)), forwards=draw(st.integers(1, 2)),
+        eval_between=draw(st.booleans()), autocast=draw(st.sampled_from([None, "bfloat16"])),
+        batch_step=draw(st.integers(0, 2)), uneven=draw(st.booleans()),
+        fewer=draw(st.integers(1, 2)), divide=draw(st.booleans()),
+        # ``late_use``: the step its late layer joins the forward (within the 1 to 4 steps).
+        first_use=draw(st.integers(0, 3)))
+
+
+def _model_kwargs(model: str, newer: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The model's keyword arguments from the drawn choices (a reentrant checkpoint drops
+    ``find_unused_parameters`` from ``options``)."""
     model_kwargs: dict[str, Any] = {}
     if model == "composed":
-        model_kwargs["blocks"] = blocks
-    elif model == "gpt" and checkpoint is not None:
-        model_kwargs["checkpoint"] = checkpoint
-        if checkpoint == "reentrant":  # torch refuses it with find_unused_parameters
+        model_kwargs["blocks"] = newer["blocks"]
+    elif model == "gpt" and newer["checkpoint"] is not None:
+        model_kwargs["checkpoint"] = newer["checkpoint"]
+        if newer["checkpoint"] == "reentrant":  # torch refuses it with find_unused_parameters
             options.pop("find_unused_parameters", None)
-    uneven, fewer, divide = draw(st.booleans()), draw(st.integers(1, 2)), draw(st.booleans())
-    # ``late_use``: the step its late layer joins the forward (within the 1 to 4 steps).
-    first_use = draw(st.integers(0, 3))
     if model == "late_use":
-        model_kwargs["first_use"] = first_use
-    if rtol is not None and (model in LOW_PRECISION_MODELS | COMPLEX_MODELS | NON_FINITE_MODELS):
-        hook, rtol = None, None
+        model_kwargs["first_use"] = newer["first_use"]
+    return model_kwargs
+
+
+def _settle_precision(model: str, exact: bool, optimizer: Optimizer, rtol: float | None,
+                      newer: dict[str, Any]) -> tuple[Optimizer, str | None]:
+    """The optimizer and autocast once the hook's rounding and the model's dtypes are
+    known: what would make the oracle's tolerance meaningless is set aside."""
+    autocast = newer["autocast"]
     if rtol is not None and optimizer is Optimizer.ADAM:
         # Adam divides by sqrt(v): where a gradient element is small, a lossy hook's
         # relative rounding (float16's u on the summed magnitude) becomes an O(u / |g|)
@@ -189,9 +252,6 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         optimizer = Optimizer.SGD_MOMENTUM
     if model in WHOLE_DTYPE_MODELS | COMPLEX_MODELS:
         autocast = None
-    join = None
-    if uneven and world_size > 1 and steps > 1 and microbatches == 1:
-        join = JoinSpec(fewer_steps_per_rank=fewer, divide_by_initial_world_size=not divide)
     if exact:  # autocast leaves the exact numbers; several forwards keep them
         autocast = None
     if rtol is not None:
@@ -202,16 +262,23 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         # the channels_last ResNet at batch 1: 1.6% norm-wise at step 1, 20% at step 2), so
         # no tolerance would tell a defect from it.
         autocast = None
-    if optimizer is Optimizer.ADAM and model == "composed" and "float16" in blocks:
+    if optimizer is Optimizer.ADAM and model == "composed" and "float16" in newer["blocks"]:
         # Adam's eps (1e-8) is 0 in float16: a gradient element that is exactly 0 gives
         # 0/0 = NaN in a float16 parameter, in torch and the oracle alike. Real training
         # keeps float32 master weights for that; the generator keeps SGD.
         optimizer = Optimizer.SGD_MOMENTUM
-    # torch 2.13's surface beyond the options (drawn always, used where they compose):
-    # a buffer comm hook (it broadcasts from rank 0, not Join's authoritative rank), the
-    # fused optimizer (torch: no accumulation, no comm hook with it), a process-group
-    # update at a step, a copy of the wrapper (default group only; torch's copy keeps no
-    # comm hook, so none is drawn with it).
+    return optimizer, autocast
+
+
+def _draw_surface(draw: st.DrawFn, steps: int, microbatches: int, optimizer: Optimizer,
+                  no_hook: bool, world_group: bool, join: JoinSpec | None,
+                  exact: bool) -> tuple[Optimizer, dict[str, Any]]:
+    """torch 2.13's surface beyond the options (drawn always, used where they compose):
+    a buffer comm hook (it broadcasts from rank 0, not Join's authoritative rank), the
+    fused optimizer (torch: no accumulation, no comm hook with it), a process-group
+    update at a step, a copy of the wrapper (default group only; torch's copy keeps no
+    comm hook, so none is drawn with it). ``no_hook``: the scenario registers no comm
+    hook; ``world_group``: it trains in the default group."""
     buffer_hook = draw(st.booleans())
     fused = draw(st.booleans())
     update_at = draw(_maybe(st.integers(0, 3)))
@@ -220,30 +287,15 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
     surface: dict[str, Any] = {}
     if buffer_hook and join is None:
         surface["buffer_comm_hook"] = "broadcast_pre_forward"
-    if fused and optimizer is Optimizer.SGD and microbatches == 1 and hook is None \
+    if fused and optimizer is Optimizer.SGD and microbatches == 1 and no_hook \
             and join is None and not exact:
         optimizer = Optimizer.FUSED_SGD
     if update_at is not None and update_at < steps and join is None:
         surface["update_process_group_at"] = update_at
     if copy_how is not None and copy_at < steps and optimizer is Optimizer.SGD \
-            and hook is None and join is None and groups is None and not surface:
+            and no_hook and join is None and world_group and not surface:
         surface.update(copy_wrapper=copy_how, copy_wrapper_at=copy_at)
-    fields: dict[str, Any] = dict(
-        model=model, steps=steps, batch_size=batch_size, microbatches=microbatches,
-        accumulate=accumulate, sync_strategy=sync_strategy, optimizer=optimizer,
-        zero_grad_set_to_none=not draw(st.booleans()), ddp_options=options,
-        init=draw(st.sampled_from([Init.SAME, Init.PER_RANK])), join=join, comm_hook=hook,
-        rtol=rtol, seed=draw(st.integers(0, 2**16)), groups=groups, model_kwargs=model_kwargs,
-        # Join shadows one forward per iteration (its allreduce of the active ranks): torch
-        # desyncs with several forwards per backward under Join, by design.
-        forwards=forwards if join is None else 1, eval_between_steps=eval_between and join is None,
-        autocast=autocast,
-        batch_size_step=batch_step, **surface)
-    if twice and hook is not None:  # the hook may have been dropped for the model since
-        fields.update(comm_hook_registrations=2, expect_error=TWICE_ERROR)
-    if exact:
-        fields.update(exact=True, lr=EXACT_LR[model])
-    return Scenario(id=generated_id(fields), **fields)
+    return optimizer, surface
 
 
 def generated_id(fields: dict[str, Any]) -> str:
