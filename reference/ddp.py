@@ -107,6 +107,18 @@ def _to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
+def _check_arguments(delay_all_reduce_named_params: Any, param_to_hook_all_reduce: Any) -> None:
+    """What torch's constructor refuses before it looks at the module: no default process
+    group (``RuntimeError``), one of the two delayed all-reduce arguments without the other
+    (``ValueError``)."""
+    if not dist.is_initialized():
+        raise RuntimeError("Default process group has not been initialized, please make "
+                           "sure to call init_process_group.")
+    if (delay_all_reduce_named_params is not None) != (param_to_hook_all_reduce is not None):
+        raise ValueError("delay_all_reduce_named_params and param_to_hook_all_reduce "
+                         "need to be set at the same time.")
+
+
 def _buffer_sync_options(broadcast_buffers: bool | None,
                          forward_sync_buffers: bool | None) -> tuple[bool, bool]:
     """``(forward_sync_buffers, init_sync_buffers)`` from the two buffer options, with
@@ -173,17 +185,47 @@ class DistributedDataParallel(nn.Module, Joinable):
     ) -> None:
         super().__init__()
         Joinable.__init__(self)
-        if not dist.is_initialized():
-            raise RuntimeError("Default process group has not been initialized, please make "
-                               "sure to call init_process_group.")
-        if (delay_all_reduce_named_params is not None) != (param_to_hook_all_reduce is not None):
-            raise ValueError("delay_all_reduce_named_params and param_to_hook_all_reduce "
-                             "need to be set at the same time.")
+        _check_arguments(delay_all_reduce_named_params, param_to_hook_all_reduce)
         self.process_group: dist.ProcessGroup = self._group_from(process_group, device_mesh)
         if device_mesh is not None:
             self.device_mesh = device_mesh
         self.module = module
+        module_params = self._take_parameters(module, delay_all_reduce_named_params)
+        self._set_devices(device_ids, output_device, module_params)
+        self.static_graph = False
+        self.dim = dim
+        self.device: torch.device = module_params[0].device
+        init_sync_buffers = self._set_options(
+            broadcast_buffers, forward_sync_buffers, find_unused_parameters,
+            gradient_as_bucket_view, batched_grad_copy, mixed_precision)
+        if check_reduction:
+            warnings.warn("The `check_reduction` argument in `DistributedDataParallel` module "
+                          "is deprecated. Please avoid using it.", FutureWarning, stacklevel=2)
+        if any(isinstance(p, nn.parameter.UninitializedParameter) for p in module_params):
+            raise RuntimeError(
+                "Modules with uninitialized parameters can't be used with "
+                "`DistributedDataParallel`. Run a dummy forward pass to correctly initialize "
+                "the modules")
+        self._set_bucket_caps(bucket_cap_mb, bucket_cap_mb_list)
+        if self._delay_all_reduce(param_to_hook_all_reduce, device_ids):
+            return  # as torch: no reducer at all, forward is the module's own
+        self._init_reducer_state(skip_all_reduce_unused_params)
+        params, expect_sparse, names = self._build_params_for_reducer()
+        if init_sync:
+            collectives.verify_param_shapes(self.process_group, params, names)
+            self._sync_module_states(src=0, with_buffers=init_sync_buffers)
+        self._make_reducer(params, expect_sparse, names, static_graph=False)
+        if mixed_precision is not None:
+            self._setup_mixed_precision()
+        if static_graph:
+            self._set_static_graph()
 
+    def _take_parameters(self, module: nn.Module, delay_all_reduce_named_params:
+                         Sequence[tuple[str, nn.Parameter]] | None) -> list[nn.Parameter]:
+        """The module's parameters DDP manages: all but those named in
+        ``_ddp_params_and_buffers_to_ignore`` and the delayed ones (torch's constructor
+        adds ``delay_all_reduce_named_params`` to ``parameters_to_ignore``); none requiring
+        a gradient is a ``RuntimeError``, as torch."""
         ignore = getattr(module, "_ddp_params_and_buffers_to_ignore", ())
         self.parameters_to_ignore: set[str] = set(ignore)
         self._delay_all_reduce_params: list[nn.Parameter] = []
@@ -196,11 +238,13 @@ class DistributedDataParallel(nn.Module, Joinable):
         if not any(p.requires_grad for p in module_params) and not self._delay_all_reduce_params:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't "
                                "have any parameter that requires a gradient.")
-        self._set_devices(device_ids, output_device, module_params)
-        self.static_graph = False
-        self.dim = dim
-        self.device: torch.device = module_params[0].device
+        return module_params
 
+    def _set_options(self, broadcast_buffers: bool | None, forward_sync_buffers: bool | None,
+                     find_unused_parameters: bool, gradient_as_bucket_view: bool,
+                     batched_grad_copy: bool, mixed_precision: Any) -> bool:
+        """Keep the constructor's plain options (torch's attribute names); whether the
+        init sync broadcasts buffers (:func:`_buffer_sync_options`)."""
         self.forward_sync_buffers, init_sync_buffers = _buffer_sync_options(
             broadcast_buffers, forward_sync_buffers)
         self.find_unused_parameters = find_unused_parameters
@@ -209,28 +253,32 @@ class DistributedDataParallel(nn.Module, Joinable):
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.batched_grad_copy = batched_grad_copy
         self.mixed_precision = mixed_precision
-        if check_reduction:
-            warnings.warn("The `check_reduction` argument in `DistributedDataParallel` module "
-                          "is deprecated. Please avoid using it.", FutureWarning, stacklevel=2)
-        if any(isinstance(p, nn.parameter.UninitializedParameter) for p in module_params):
-            raise RuntimeError(
-                "Modules with uninitialized parameters can't be used with "
-                "`DistributedDataParallel`. Run a dummy forward pass to correctly initialize "
-                "the modules")
+        return init_sync_buffers
+
+    def _set_bucket_caps(self, bucket_cap_mb: float | None,
+                         bucket_cap_mb_list: Sequence[float] | None) -> None:
+        """The bucket capacities (torch's ``bucket_bytes_cap``, ``bucket_bytes_cap_list``)
+        and the init sync's broadcast bucket size."""
         self.broadcast_bucket_size = collectives.BROADCAST_BUCKET_BYTES
         self.bucket_capacity = BucketCapacity.from_bucket_cap_mb(bucket_cap_mb, bucket_cap_mb_list)
         self.bucket_bytes_cap = self.bucket_capacity.bytes_cap
         self.bucket_bytes_cap_list = list(self.bucket_capacity.per_bucket_caps)
 
+    def _delay_all_reduce(self, param_to_hook_all_reduce: torch.Tensor | None,
+                          device_ids: Sequence[int | torch.device] | None) -> bool:
+        """Set up the delayed all-reduce of ``delay_all_reduce_named_params`` (its hook on
+        ``param_to_hook_all_reduce``); whether every parameter is delayed (torch then
+        builds no reducer at all)."""
         self._delay_grad_buffer: torch.Tensor | None = None
         self._delay_grad_views: list[torch.Tensor] = []
         self._delay_all_reduce_all_params = False
         if self._delay_all_reduce_params:
             assert param_to_hook_all_reduce is not None
             self._register_delay_all_reduce_hook(param_to_hook_all_reduce, device_ids)
-            if self._delay_all_reduce_all_params:
-                return  # as torch: no reducer at all, forward is the module's own
+        return self._delay_all_reduce_all_params
 
+    def _init_reducer_state(self, skip_all_reduce_unused_params: bool) -> None:
+        """The state torch's constructor sets before it builds the reducer."""
         self.skip_all_reduce_unused_params = skip_all_reduce_unused_params
         self._static_graph_delay_allreduce_enqueued = False
         self._divide_by_initial_world_size = True
@@ -238,17 +286,6 @@ class DistributedDataParallel(nn.Module, Joinable):
         self._comm_hooks: list[tuple[Any, Any]] = []
         self._ddp_sink_clone = True
         self._lazy_init_ran = False
-
-        params, expect_sparse, names = self._build_params_for_reducer()
-        if init_sync:
-            collectives.verify_param_shapes(self.process_group, params, names)
-            self._sync_module_states(src=0, with_buffers=init_sync_buffers)
-
-        self._make_reducer(params, expect_sparse, names, static_graph=False)
-        if mixed_precision is not None:
-            self._setup_mixed_precision()
-        if static_graph:
-            self._set_static_graph()
 
     @staticmethod
     def _group_from(process_group: dist.ProcessGroup | None,

@@ -171,7 +171,31 @@ class Reducer:
         self.optim_in_backward = False
         self._installed_futures: list[torch.futures.Future] | None = None
         n = len(self.params)
+        self._init_iteration_state(n)
 
+        # Layout and its one-time rebuild.
+        self.buckets: list[Bucket] = []
+        self._locators: list[tuple[Bucket, int]] = []
+        self.initial_bucket_indices = [list(b) for b in bucket_indices]
+        self.has_rebuilt_bucket = False
+        self.rebuilt_bucket_indices: list[list[int]] | None = None
+        self.rebuilt_iteration: int | None = None
+        self._rebuilt_param_indices: list[int] = []
+        self.grad_ready_order: list[int] = []
+        self.prev_grad_ready_order: list[int] = []
+        self._initialize_buckets(bucket_indices)
+
+        self._init_unused_accounting(n, find_unused_parameters)
+        self._refresh_mode()
+        self._accumulators = [grad_accumulator(p) for p in self.params]
+        self._hook_handles = []
+        ref = weakref.ref(self)
+        for index, acc in enumerate(self._accumulators):
+            self._hook_handles.append(acc.register_hook(_make_hook(ref, index)))
+
+    def _init_iteration_state(self, n: int) -> None:
+        """The per-iteration state of ``n`` parameters before the first backward (torch's
+        ``Reducer`` constructor: counters, readiness, division factor, comm hook)."""
         self.num_iterations = 0
         #: Backward passes seen (torch's ``num_bwd_calls_``): counted at the first autograd
         #: hook of each backward, reset by ``finalize_backward``. The static graph's first
@@ -192,19 +216,9 @@ class Reducer:
         self._forward_work: dist.Work | None = None
         self._forward_work_static = True
 
-        # Layout and its one-time rebuild.
-        self.buckets: list[Bucket] = []
-        self._locators: list[tuple[Bucket, int]] = []
-        self.initial_bucket_indices = [list(b) for b in bucket_indices]
-        self.has_rebuilt_bucket = False
-        self.rebuilt_bucket_indices: list[list[int]] | None = None
-        self.rebuilt_iteration: int | None = None
-        self._rebuilt_param_indices: list[int] = []
-        self.grad_ready_order: list[int] = []
-        self.prev_grad_ready_order: list[int] = []
-        self._initialize_buckets(bucket_indices)
-
-        # Unused-parameter accounting (find_unused_parameters or static graph).
+    def _init_unused_accounting(self, n: int, find_unused_parameters: bool) -> None:
+        """Unused-parameter accounting of ``n`` parameters (find_unused_parameters or
+        static graph: torch's ``local_used_map_``), and the static graph's hook counts."""
         self.local_used: list[int] = [0] * n
         self._local_used_dev: torch.Tensor | None = None
         self._local_used_work: dist.Work | None = None
@@ -215,13 +229,6 @@ class Reducer:
         # Static graph: hook firings per parameter, counted in the first iteration.
         self._hook_counts = [0] * n
         self._hook_counts_left: list[int] = []
-
-        self._refresh_mode()
-        self._accumulators = [grad_accumulator(p) for p in self.params]
-        self._hook_handles = []
-        ref = weakref.ref(self)
-        for index, acc in enumerate(self._accumulators):
-            self._hook_handles.append(acc.register_hook(_make_hook(ref, index)))
 
     # ----------------------------------------------------------------- configuration
     def set_static_graph(self) -> None:

@@ -92,6 +92,43 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
             return RankRecord(rank, idle=True, trace=TRACER.take())
     group_rank, group_size = group_ranks.index(rank), len(group_ranks)
     module = build_module(scenario, rank, device)
+    adapter = _wrap(scenario, candidate, rank, module, process_group, device)
+    if isinstance(adapter, RankRecord):
+        return adapter
+
+    TRACER.phase("record")
+    clock.enter("record")
+    record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
+    at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
+    hooks = [_snapshot_buffers_at_forward(module, at_forward)]
+    steps = scenario.steps_for(group_rank)
+    clock.enter("steps")
+    try:
+        # Join's constructor may refuse (joinables on different groups): inside the try.
+        with _join(scenario, adapter):
+            _train(scenario, adapter, module, record, steps, at_forward, rank, group_size,
+                   device, clock, process_group, hooks)
+            TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
+        if not scenario.may_raise:
+            raise
+        record.raised = f"{type(exc).__name__}: {exc}"
+    finally:
+        for handle in hooks:
+            handle.remove()
+    TRACER.phase("record", steps)
+    clock.enter("record")
+    record.final_params = adapter.parameters()
+    record.final_buffers = adapter.buffers()
+    record.trace = TRACER.take()
+    return record
+
+
+def _wrap(scenario: Scenario, candidate: Candidate, rank: int, module: torch.nn.Module,
+          process_group: Any, device: torch.device) -> Adapter | RankRecord:
+    """The candidate's adapter around ``module``, its optimizer set and the scenario's
+    hooks registered; or the rank's record where it refused as the scenario expects (what
+    it raised) or lacks a capability the scenario needs (N/A)."""
     if scenario.optimizer == "in_backward_sgd":  # the user's model, before DDP sees it
         from torch.distributed.optim import _apply_optimizer_in_backward
 
@@ -115,37 +152,16 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
         if not scenario.may_raise:
             raise
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
+    return adapter
 
-    TRACER.phase("record")
-    clock.enter("record")
-    record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
-    at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
-    hooks = [_snapshot_buffers_at_forward(module, at_forward)]
-    steps = scenario.steps_for(group_rank)
-    clock.enter("steps")
-    try:
-        # Join's constructor may refuse (joinables on different groups): inside the try.
-        join = (adapter.join(
-            divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
-            throw_on_early_termination=scenario.join.throw_on_early_termination)
-            if scenario.join else contextlib.nullcontext())
-        with join:
-            _train(scenario, adapter, module, record, steps, at_forward, rank, group_size,
-                   device, clock, process_group, hooks)
-            TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
-    except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
-        if not scenario.may_raise:
-            raise
-        record.raised = f"{type(exc).__name__}: {exc}"
-    finally:
-        for handle in hooks:
-            handle.remove()
-    TRACER.phase("record", steps)
-    clock.enter("record")
-    record.final_params = adapter.parameters()
-    record.final_buffers = adapter.buffers()
-    record.trace = TRACER.take()
-    return record
+
+def _join(scenario: Scenario, adapter: Adapter) -> contextlib.AbstractContextManager[Any]:
+    """The scenario's Join context around the training loop (a null one without Join)."""
+    if not scenario.join:
+        return contextlib.nullcontext()
+    return adapter.join(
+        divide_by_initial_world_size=scenario.join.divide_by_initial_world_size,
+        throw_on_early_termination=scenario.join.throw_on_early_termination)
 
 
 def _snapshot_buffers_at_forward(module: torch.nn.Module, at_forward: list[Tensors]) -> Any:
