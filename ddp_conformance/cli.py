@@ -1,8 +1,9 @@
 """``ddp-conformance``: run the catalog against candidates, list it, report, time.
 
-Exit codes (SPEC.md): 0 when nothing failed unexpectedly, 1 when something did, 2 on a
-usage or environment error, said in one line on stderr (a report directory that cannot
-be written, checked before the first case, or one that fills or turns read-only mid-run).
+Exit codes (docs/CONTRACT.md, "Verdicts and exit codes"): 0 when nothing failed
+unexpectedly, 1 when something did, 2 on a usage or environment error, said in one line
+on stderr (a report directory that cannot be written, checked before the first case, or
+one that fills or turns read-only mid-run).
 A run interrupted by SIGTERM exits 143, by SIGINT 1: it ends every rank at once, writes
 summary.md, junit.xml and report.html of the cases finished so far, marked incomplete,
 and says so in one line on stderr, within 30 s of the signal (:mod:`.deadline`).

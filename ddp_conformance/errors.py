@@ -1,9 +1,9 @@
 """Errors that end a run early: a usage or environment problem (exit 2), or a signal.
 
-SPEC.md, "Verdicts and exit codes": an unknown candidate, an unavailable backend or an
+docs/CONTRACT.md, "Verdicts and exit codes": an unknown candidate, an unavailable backend or an
 impossible world size stops the run with one clear line and exit code 2, and so does a
 report directory that cannot be written (:class:`ReportDirError`). SIGTERM and
-SIGINT during a run become :class:`Interrupted` (SPEC.md, "Hangs and faults"): the run
+SIGINT during a run become :class:`Interrupted` (docs/CONTRACT.md, "Hangs and faults"): the run
 writes the reports of the cases finished so far, marked incomplete, ends every rank and
 exits 143 (SIGTERM, 128 + 15, what a shell reports for a process SIGTERM ended) or 1
 (SIGINT).

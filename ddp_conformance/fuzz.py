@@ -1,6 +1,6 @@
 """``ddp-conformance fuzz``: generated scenarios, judged only where torch's DDP passes them.
 
-SPEC.md, "Beyond the catalog". The loop draws scenarios from
+docs/CONTRACT.md, "Beyond the catalog". The loop draws scenarios from
 :func:`~ddp_conformance.catalog.strategies.scenarios` with hypothesis, in rounds of
 :data:`ROUND` examples, each round seeded from ``--seed`` and its number, until the budget
 is spent:

@@ -77,7 +77,7 @@ class OracleCache:
         computing is charged to ``costs``, the case that needed it)."""
         key = oracle_key(scenario, group)
         if key not in self._oracles:
-            device = torch.device("cpu")  # the oracle's models are small (docs/CONTRACT.md)
+            device = torch.device("cpu")  # docs/CONTRACT.md, "What every scenario checks"
             with costs.timing("oracle"):
                 self._oracles[key] = run_oracle(scenario, group, device, self._pool.threads)
         return self._oracles[key]

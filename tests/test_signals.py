@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT during a run leave partial reports and no process (SPEC.md, "Hangs
+"""SIGTERM and SIGINT during a run leave partial reports and no process (docs/CONTRACT.md, "Hangs
 and faults"; issue 10): the reports hold exactly the cases finished, marked incomplete,
 every rank is gone, and the exit code is 143 (SIGTERM) or 1 (SIGINT). A parent killed with
 SIGKILL leaves no rank either, and its results.jsonl renders as an incomplete run.

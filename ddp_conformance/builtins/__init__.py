@@ -1,7 +1,7 @@
 """Built-in adapters for the ecosystem's data-parallel implementations.
 
 ``ADAPTERS`` maps a built-in candidate name (``--candidate NAME``) to a function returning
-its :class:`~ddp_conformance.candidate.Candidate`; the function raises
+its :class:`~ddp_conformance.contract.candidate.Candidate`; the function raises
 :class:`~ddp_conformance.errors.UsageError` with one line when the package it needs is
 not installed. Each adapter module imports its package only inside that function, so
 listing the built-ins costs nothing. Shipped expectations files are in ``expectations/``.

@@ -101,14 +101,14 @@ class CommHook(StringEnum):
     #: torch's C++ hooks, registered with ``_register_builtin_comm_hook``.
     BUILTIN_ALLREDUCE = "builtin_allreduce"
     BUILTIN_FP16_COMPRESS = "builtin_fp16_compress"
-    #: An allreduce hook whose ``bucket`` is annotated as something else than
-    #: ``dist.GradBucket``, and one whose return annotation is not
-    #: ``torch.futures.Future[torch.Tensor]``: DDP refuses both at registration.
     #: ``debugging_hooks.noop_hook``: no communication, the local gradient stays (judged
     #: on data that is the same on every rank).
     NOOP = "noop"
     #: ``bf16_compress_hook``: a bfloat16 reduction (torch needs CUDA and NCCL for it).
     BF16_COMPRESS = "bf16_compress"
+    #: An allreduce hook whose ``bucket`` is annotated as something else than
+    #: ``dist.GradBucket``, and one whose return annotation is not
+    #: ``torch.futures.Future[torch.Tensor]``: DDP refuses both at registration.
     MISANNOTATED_BUCKET = "misannotated_bucket"
     MISANNOTATED_RETURN = "misannotated_return"
 
@@ -155,7 +155,7 @@ class JoinSpec:
 class Scenario:
     """One conformance scenario.
 
-    ``model`` names a builder in :mod:`ddp_conformance.models`; ``init`` is ``"same"``
+    ``model`` names a builder in :mod:`ddp_conformance.catalog.models`; ``init`` is ``"same"``
     (every rank builds identical weights) or ``"per_rank"`` (each rank seeds its own, so
     only DDP's init sync makes them equal). ``ddp_options`` go to the candidate's
     constructor. ``exact`` demands bitwise equality with the oracle (data chosen so every

@@ -7,7 +7,7 @@
   a message saying the operation, op or dtype is not supported): the reason quotes each
   distinct one with its rank and item, and the items that were exact before. Where the
   ranks raised is not compared: in a ``-split`` case each group names its own roots, and
-  the same decline must be N/A there as in its twin. SPEC.md: what a backend cannot do is
+  the same decline must be N/A there as in its twin. docs/CONTRACT.md: what a backend cannot do is
   N/A with the reason, never a silent pass.
 - ERROR: any other exception, or a refusal on some ranks only (their peers then waited
   for them: a backend must refuse the same call on every rank). The reason names every

@@ -1,4 +1,4 @@
-"""The candidate contract (SPEC.md, "The candidate contract"): what the harness asks of a
+"""The candidate contract (docs/CONTRACT.md, "The candidate contract"): what the harness asks of a
 DDP implementation and how it finds out what one can do.
 
 - :mod:`.capability`: capability names and DDP's option names (no torch import);

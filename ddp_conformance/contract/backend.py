@@ -1,6 +1,6 @@
 """The backend under test: ``--backend gloo``, ``nccl``, or ``MODULE:NAME``.
 
-SPEC.md, "Backends and scale": ``--backend MODULE:NAME`` runs on any c10d backend that
+docs/CONTRACT.md, "Backends and scale": ``--backend MODULE:NAME`` runs on any c10d backend that
 MODULE registers under NAME with ``torch.distributed.Backend.register_backend`` when it is
 imported (a third-party package's ``import`` registers its backend the same way). The
 registration says which device types the backend serves (its ``devices`` argument,

@@ -1,4 +1,4 @@
-"""What a candidate can do, by name (SPEC.md, "The candidate contract").
+"""What a candidate can do, by name (docs/CONTRACT.md, "The candidate contract").
 
 A scenario derives what it needs from what it does (``Scenario.needs``); a candidate
 declares, or the harness detects, what it has. The names are plain strings so that they

@@ -1,6 +1,6 @@
 """Two backends, one scenario: how far apart the candidate's records are.
 
-SPEC.md, "Backends and scale": the DDP catalog on a custom backend is compared side by
+docs/CONTRACT.md, "Backends and scale": the DDP catalog on a custom backend is compared side by
 side with Gloo in the same run. The candidate and the data are the same, so on exact
 scenarios (dyadic data: every sum exact in any order) a conforming backend gives the very
 same bits; elsewhere the reduction order of the two backends may differ, and the figure

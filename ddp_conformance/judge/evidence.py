@@ -78,7 +78,7 @@ class Evidence:
         """Compare one tensor; record its figures; record a failure if out of tolerance.
 
         ``scale`` raises the tolerance's reference magnitude above ``max|expected|`` where
-        the expected value is a sum that cancels (see :mod:`ddp_conformance.tolerance`).
+        the expected value is a sum that cancels (see :mod:`ddp_conformance.judge.tolerance`).
         """
         self.ran(check)
         d = distance(actual, expected)

@@ -1,6 +1,6 @@
 """Verdicts of jobs that did not end with every rank done: CRASH, ERROR, TIMEOUT.
 
-SPEC.md, "Verdicts and exit codes": a CRASH names the rank and its exit code or signal; an
+docs/CONTRACT.md, "Verdicts and exit codes": a CRASH names the rank and its exit code or signal; an
 ERROR the ranks that raised (not a peer released by a failure), each distinct exception
 line once; a TIMEOUT where every stuck rank is (its innermost frame, and the innermost one
 in the candidate's own code), or, when the ranks' collective streams can never match again,

@@ -1,6 +1,6 @@
 """Verdicts and the records a run produces for each (scenario, candidate).
 
-SPEC.md, "Verdicts and exit codes": PASS, FAIL (a check failed: which check, rank,
+docs/CONTRACT.md, "Verdicts and exit codes": PASS, FAIL (a check failed: which check, rank,
 parameter, by how much), ERROR (the candidate raised: each rank's traceback), TIMEOUT (no
 progress within the deadline: every rank's stack), CRASH (a rank died: its exit code or
 signal), N/A (a capability is missing), XFAIL / XPASS (the owner's expectations file).

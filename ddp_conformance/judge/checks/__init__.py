@@ -1,4 +1,4 @@
-"""Every check the judge runs (SPEC.md, "What every scenario checks"), in run order.
+"""Every check the judge runs (docs/CONTRACT.md, "What every scenario checks"), in run order.
 
 Each check is a unit registered with :func:`ddp_conformance.judge.registry.check` in a
 module of its own; importing this module registers them all, in the order below, which
