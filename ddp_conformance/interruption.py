@@ -1,5 +1,5 @@
 """One run's end, whatever ends it: signals, the interruption they cause, the ranks ended,
-the reports closed, and the deadline on all of it (SPEC.md, "Hangs and faults":
+the reports closed, and the deadline on all of it (docs/CONTRACT.md, "Hangs and faults":
 SIGINT/SIGTERM leave partial reports and no process behind).
 
 :class:`RunGuard` is the context manager ``ddp-conformance run`` wraps its run in, and the

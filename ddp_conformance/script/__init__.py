@@ -1,7 +1,7 @@
 """Modules that a reproducer carries: torch and the standard library only.
 
 ``ddp-conformance repro`` copies these modules' code into its standalone scripts
-(:func:`ddp_conformance.repro.script_modules_source`), and the harness runs the very same
+(:func:`ddp_conformance.repro.script_modules`), and the harness runs the very same
 code: the single-process loop of the oracle (:mod:`.single_process`) over a scenario's
 precomputed tables (:mod:`.case`), the collective trace's rules (:mod:`.trace_rules`,
 over :mod:`.collective` records, :mod:`.summed_memory`, :mod:`.extents`,
