@@ -21,7 +21,9 @@ def no_sync(ctx: Context) -> None:
     (``procedure.buffers_broadcast``), and integer metadata: torch rebuilds its buckets
     once, at the first forward after the first synced backward, and broadcasts the new
     layout as int32 even inside ``no_sync``. Under Join, the one-element allreduce by
-    which Join counts the ranks still active is allowed too. One failure per rank.
+    which Join counts the ranks still active is allowed too (the rule is
+    :func:`~ddp_conformance.script.trace_rules.no_sync_offence`, which reproducers carry
+    too). One failure per rank.
     Not applied where the candidate's collectives bypassed the traced group
     (:mod:`~ddp_conformance.judge.trace_blind`)."""
     if not trace_applies(ctx, "trace.no_sync"):
