@@ -70,7 +70,15 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_the_script_modules_import_only_each_other() -> None:
     """What a reproducer copies imports nothing of the harness (ddp_conformance/script)."""
+    import sys
+
     wrong = [f"{path.name} imports ddp_conformance.{top}"
              for path in sorted((PACKAGE / "script").glob("*.py"))
              for top in _imported_tops(path) if top != "script"]
+    allowed = set(sys.stdlib_module_names) | {"torch", "ddp_conformance"}
+    for path in sorted((PACKAGE / "script").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            wrong += [f"{path.name} imports {n}" for n in names if n.split(".")[0] not in allowed]
     assert not wrong, "\n".join(wrong)
