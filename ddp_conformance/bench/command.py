@@ -4,11 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from ddp_conformance.bench import EXPERIMENTS
 from ddp_conformance.errors import EXIT_OK
 from ddp_conformance.options import add_to_argparse, check_options
-
-#: ``--experiment``'s choices (:mod:`ddp_conformance.bench.run` runs them).
-EXPERIMENTS = ("timing", "bucket-sweep", "no-sync", "overlap", "breakdown")
 
 
 def add_parser(sub: Any) -> None:

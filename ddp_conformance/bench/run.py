@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ddp_conformance.bench import EXPERIMENTS
 from ddp_conformance.contract.registry import resolve_candidate
 from ddp_conformance.errors import UsageError
 from ddp_conformance.ranks.environment import validate
@@ -20,7 +21,6 @@ from ddp_conformance.report.files import ReportFiles
 from ddp_conformance.report.gitstate import project_git_state
 from ddp_conformance.report.timing import BASELINE, timing_markdown
 
-from .command import EXPERIMENTS
 from .models import DEFAULT_MODELS, MODELS
 
 #: (steps, rounds) per experiment when not given.
