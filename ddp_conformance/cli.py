@@ -327,7 +327,7 @@ def progress_line(i: int, total: int, result: Result) -> str:
     line = f"[{i:>{width}}/{total}] {result.verdict.value:<7} {result.case_id} " \
            f"({result.duration_s:.2f}s)"
     if result.verdict is not Verdict.PASS:
-        line += f"\n    {result.summary_line()}"
+        line += "".join(f"\n    {text}" for text in result.explanation_lines())
     return line
 
 

@@ -5,6 +5,7 @@ every gradient element exactly once, the same on every rank, and (strict profile
 same bucket layout as torch's DDP.
 """
 from ddp_conformance import Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     Scenario("buckets/mlp-tiny-cap", "mlp", ddp_options={"bucket_cap_mb": 0.001},
@@ -22,3 +23,27 @@ SCENARIOS = [
              ddp_options={"bucket_cap_mb": 0.0002},
              description="mixed dtypes with a 200-byte cap"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'buckets/mlp-tiny-cap':
+        'DDP packs gradients into buckets of at most bucket_cap_mb and reduces each bucket '
+        'once all its gradients are ready; however many buckets there are, every gradient '
+        'comes back as the average over ranks.',
+    'buckets/many-tiny-default-cap':
+        'Many small gradients share one flat bucket: DDP copies each into the bucket, '
+        "reduces it once and copies every slice back into its own parameter's gradient.",
+    'buckets/many-tiny-tiny-cap':
+        'With a tiny bucket_cap_mb the gradients spread over many buckets, each reduced '
+        'exactly once: none is lost or reduced twice at a bucket boundary.',
+    'buckets/one-large-above-cap':
+        'DDP never splits a tensor across buckets: one larger than bucket_cap_mb gets a '
+        'bucket of its own and is reduced whole.',
+    'buckets/mixed-dtypes':
+        'A bucket holds one dtype: DDP buckets float32 and float64 gradients apart and '
+        'reduces each in its own dtype, never casting one to the other.',
+    'buckets/mixed-dtypes-tiny-cap':
+        "Buckets are split by dtype and by the cap at once: each dtype's gradients fill "
+        'their own buckets of at most bucket_cap_mb, each reduced in that dtype.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

@@ -1,5 +1,6 @@
 """Buffers: with ``broadcast_buffers`` every synced forward starts from rank 0's buffers."""
 from ddp_conformance import Accumulate, Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     Scenario("buffers/conv-bn-broadcast", "conv_bn", steps=3, optimizer="sgd_momentum",
@@ -13,3 +14,19 @@ SCENARIOS = [
              accumulate=Accumulate.NO_SYNC, min_world_size=2,
              description="no buffer broadcast before a forward inside no_sync"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'buffers/conv-bn-broadcast':
+        "With broadcast_buffers=True (the default) DDP broadcasts rank 0's buffers, such as "
+        'BatchNorm running statistics, to every rank before each forward that follows a '
+        'synced one.',
+    'buffers/conv-bn-no-broadcast':
+        'With broadcast_buffers=False DDP never broadcasts buffers after construction: each '
+        "rank's running statistics follow its own batches.",
+    'buffers/conv-bn-no-sync':
+        'DDP decides the buffer broadcast from the previous forward: the first forward '
+        "after one inside no_sync keeps the rank's own buffers, and the first forward after "
+        "a synced one broadcasts rank 0's.",
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

@@ -1,5 +1,6 @@
 """Comm hooks: torch's built-in hooks registered on the candidate."""
 from ddp_conformance import Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     Scenario("comm-hooks/allreduce", "mlp", comm_hook="allreduce",
@@ -24,3 +25,22 @@ SCENARIOS = [
              rtol=1e-4, trace_volume=False,
              description="PowerSGD after two vanilla steps, rank covering every matrix"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'comm-hooks/allreduce':
+        "A registered comm hook replaces DDP's reduction of each bucket: torch's "
+        'allreduce_hook divides by the group size and allreduces, so the gradients equal '
+        'those without a hook.',
+    'comm-hooks/returns-new-tensor':
+        "DDP copies the tensor a comm hook's future returns back into the bucket's "
+        "gradients: a hook may return a new tensor rather than the bucket's buffer.",
+    'comm-hooks/fp16-compress':
+        'fp16_compress_hook casts the bucket to float16, divides by the group size, '
+        'allreduces and casts back: gradients are the average within float16 rounding.',
+    'comm-hooks/powersgd-full-rank':
+        'PowerSGD allreduces the first start_powerSGD_iter steps uncompressed, then reduces '
+        'low-rank factors with error feedback; at a rank covering every matrix the result '
+        'equals plain averaging up to rounding.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

@@ -2,6 +2,7 @@
 behaviour), and two limits of torch's implementation where a DDP may refuse like torch or
 go on and be judged on its values (``torch_limit``)."""
 from ddp_conformance import Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     Scenario("errors/comm-hook-registered-twice", "mlp", comm_hook="allreduce",
@@ -29,3 +30,23 @@ SCENARIOS = [
              description="a parameter unused without find_unused_parameters: torch refuses "
                          "at the next iteration; going on is judged on values"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'errors/comm-hook-registered-twice':
+        'register_comm_hook may be called once per DDP instance: a second registration '
+        'raises on every rank, with no collective left hanging.',
+    'errors/mismatched-models':
+        "DDP's constructor verifies that every rank holds the same parameter shapes; models "
+        'that differ across ranks raise on every rank instead of hanging.',
+    'errors/output-left-out-of-loss':
+        "find_unused_parameters searches the graph from the forward's outputs, so "
+        'parameters behind an output left out of the loss count as used and never get a '
+        'gradient: torch refuses at the next iteration, and a DDP that goes on must still '
+        'average the gradients the loss has.',
+    'errors/unused-without-find-unused':
+        "Without find_unused_parameters DDP waits for every parameter's gradient; torch "
+        'refuses the next iteration when one was unused, and a DDP that goes on must still '
+        'give every rank the averaged gradients.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

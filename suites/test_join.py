@@ -1,5 +1,6 @@
 """Join: uneven inputs, shadowed collectives, divisor, final model sync, early termination."""
 from ddp_conformance import JoinSpec, Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     Scenario("join/uneven-divide-by-initial", "mlp", steps=4, min_world_size=2,
@@ -29,3 +30,28 @@ SCENARIOS = [
                           r"one rank that exhausted inputs)",
              description="every rank raises once one rank runs out of inputs"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'join/uneven-divide-by-initial':
+        'Under Join, ranks that ran out of inputs shadow the allreduces with zeros and DDP '
+        'divides by the initial world size (divide_by_initial_world_size=True), so later '
+        "steps' gradients shrink.",
+    'join/uneven-divide-by-active':
+        'With divide_by_initial_world_size=False, DDP under Join divides each reduction by '
+        'the number of ranks still training, not the initial world size.',
+    'join/uneven-buffers':
+        'Joined ranks shadow the buffer broadcast too: at the end every rank holds the '
+        'buffers of the last rank to join.',
+    'join/uneven-tiny-cap':
+        "A joined rank shadows one zero allreduce per bucket of the active ranks' backward, "
+        'in bucket order, so the collectives still match.',
+    'join/zero-redundancy-optimizer':
+        "Join drives every joinable's hook: DDP's shadows its allreduces and "
+        "ZeroRedundancyOptimizer's its broadcasts, so uneven inputs end with the same "
+        'parameters on all ranks.',
+    'join/throw-on-early-termination':
+        'With throw_on_early_termination=True, once one rank runs out of inputs every rank '
+        'raises at its next iteration instead of shadowing.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

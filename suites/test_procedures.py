@@ -1,6 +1,7 @@
 """Procedures of modern training: activation checkpointing, autocast, several forwards per
 backward, an eval forward between steps, uneven per-rank batches."""
 from ddp_conformance import Accumulate, Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 REENTRANT = {"checkpoint": "reentrant"}
 NON_REENTRANT = {"checkpoint": "non_reentrant"}
@@ -78,3 +79,79 @@ SCENARIOS = [
              steps=2, microbatches=2, accumulate=Accumulate.NO_SYNC, min_world_size=2,
              description="uneven batches, GPT-style, accumulation in no_sync"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'procedures/checkpoint-reentrant':
+        'Reentrant activation checkpointing recomputes the forward inside backward; DDP '
+        "must still reduce every checkpointed parameter's gradient once, after its "
+        'recomputed backward.',
+    'procedures/checkpoint-reentrant-static-graph':
+        'Under static_graph DDP learns from the first iteration when each parameter becomes '
+        'ready, so reentrant checkpointing reduces every gradient once with the usual '
+        'averages.',
+    'procedures/checkpoint-reentrant-find-unused':
+        'find_unused_parameters cannot see parameters marked ready inside reentrant '
+        "checkpointing's nested backward: torch refuses (a limit of its reducer), and a DDP "
+        'that goes on must still average every gradient.',
+    'procedures/checkpoint-non-reentrant':
+        'Non-reentrant checkpointing recomputes activations with saved-tensor hooks inside '
+        "the same backward: DDP's gradient hooks fire as usual and every gradient is "
+        'averaged once.',
+    'procedures/checkpoint-non-reentrant-static-graph':
+        'static_graph with non-reentrant checkpointing: the recorded graph is the '
+        'recomputed one, and every gradient is averaged once per synced backward.',
+    'procedures/checkpoint-non-reentrant-find-unused':
+        'find_unused_parameters sees through non-reentrant checkpointing (one autograd '
+        'graph): no parameter is marked unused wrongly and every gradient is averaged.',
+    'procedures/checkpoint-non-reentrant-no-sync':
+        'Checkpointed microbatches inside no_sync accumulate local gradients; the synced '
+        "microbatch's backward, recomputation included, reduces the sum once.",
+    'procedures/autocast-bf16':
+        'Under autocast the forward runs in bfloat16 but parameters and their gradients '
+        'stay float32: DDP reduces float32 gradients, exactly as without autocast.',
+    'procedures/autocast-bf16-gpt':
+        "autocast changes the forward's compute dtype, not the parameters': a GPT's float32 "
+        'gradients are averaged in float32, with its tied embedding reduced once.',
+    'procedures/autocast-bf16-no-sync':
+        "autocast and no_sync together: BatchNorm's float32 buffers and the float32 "
+        'gradients accumulate locally under no_sync and are averaged at the synced '
+        'microbatch.',
+    'procedures/forward-twice':
+        'Two forwards before one backward: the gradient is the sum over both forwards, '
+        'reduced once by the backward through the summed loss.',
+    'procedures/forward-twice-buffers':
+        'A forward with gradient sync on makes the next forward broadcast buffers: the '
+        "second of two forwards before a backward starts from rank 0's buffers again.",
+    'procedures/forward-twice-unused':
+        "With find_unused_parameters DDP searches the graph from the last forward's outputs "
+        'before its backward: a branch unused on one rank must still get the averaged '
+        'gradient there.',
+    'procedures/forward-twice-no-sync':
+        'Two forwards per microbatch under no_sync accumulate locally; buffers are '
+        'broadcast only at the forwards that follow a synced one.',
+    'procedures/eval-between-steps':
+        "An eval forward under no_grad after a synced step broadcasts rank 0's buffers and "
+        'disables the broadcast before the next training forward.',
+    'procedures/eval-between-steps-no-sync':
+        "An eval forward between no_sync accumulation steps takes part in DDP's "
+        'buffer-broadcast decision like any forward: it broadcasts only after a synced '
+        'training forward.',
+    'procedures/eval-between-steps-resnet':
+        "A channels_last ResNet's eval forward between steps follows the same "
+        'buffer-broadcast rule: BatchNorm statistics from rank 0 after a synced step, none '
+        'before the next training forward.',
+    'procedures/uneven-batches':
+        'DDP averages per-rank gradients with equal weights: with uneven batch sizes the '
+        'gradient is the mean of per-rank means, not the sample-weighted mean.',
+    'procedures/uneven-batches-exact':
+        'The mean of per-rank mean gradients, each rank weighted equally whatever its batch '
+        'size, bitwise on exact data.',
+    'procedures/uneven-batches-buffers':
+        "BatchNorm running statistics come from each rank's own batch; with uneven batches "
+        "the broadcast still hands every rank rank 0's statistics.",
+    'procedures/uneven-batches-no-sync':
+        "Uneven batches with no_sync accumulation: each rank's accumulated local gradient "
+        'counts equally in the average, whatever its batch sizes.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

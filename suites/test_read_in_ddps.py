@@ -3,6 +3,7 @@
 ``no_sync`` and training going on (fairseq leaves synchronisation off), a first bucket in
 float16 (fairseq). torch's behaviour is the verdict."""
 from ddp_conformance import Accumulate, Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     # DDP buckets per dtype: a bfloat16 layer's gradients are reduced in bfloat16 beside
@@ -38,3 +39,27 @@ SCENARIOS = [
              description="a forward raises inside no_sync (caught), then accumulation in "
                          "no_sync and a synced microbatch"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'values/bfloat16-beside-float32':
+        "DDP buckets per dtype: a bfloat16 layer's gradients are reduced in a bfloat16 "
+        'bucket beside a float32 one, each in its own dtype.',
+    'values/float16-first-bucket':
+        'Buckets follow reverse registration order: float16 parameters registered last fill '
+        'the first bucket, reduced first and in float16.',
+    'values/float16-first-bucket-tiny-cap':
+        'With one parameter per bucket, each float16 gradient is reduced in its own float16 '
+        'bucket and each float32 one in float32.',
+    'procedures/backward-twice-retain-graph':
+        "torch's DDP reduces in the first backward after a forward only; a second backward "
+        'with retain_graph adds local gradients, and a DDP must neither hang nor reduce a '
+        'pass twice.',
+    'no-sync/exception-inside':
+        'no_sync restores synchronisation in a finally: after an exception inside it '
+        '(caught outside), the next backward reduces.',
+    'no-sync/exception-inside-window':
+        'An exception inside no_sync does not leave synchronisation off: later no_sync '
+        'windows accumulate locally and the synced microbatch reduces the sum.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

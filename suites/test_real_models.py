@@ -1,6 +1,7 @@
 """Real-world models (``catalog/models/real_models.py``): a GPT-style stack, a channels_last
 ResNet, an LSTM, a top-1 mixture of experts, a layer frozen mid-run."""
 from ddp_conformance import Accumulate, JoinSpec, Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 #: A bucket cap of about 100 bytes: every parameter in a bucket of its own.
 TINY = 0.0001
@@ -82,3 +83,73 @@ SCENARIOS = [
              description="freezing without find_unused_parameters: torch refuses at step 3; "
                          "going on is judged on values"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'real/gpt':
+        "A GPT's tied embedding and head are one parameter whose two uses' gradients DDP "
+        'reduces once; dropout masks differ per rank, and the gradients are still each '
+        "rank's own averaged.",
+    'real/gpt-tiny-cap-bucket-view':
+        'With one bucket per parameter and gradient_as_bucket_view, each GPT gradient is a '
+        'view into its own bucket and holds the average after backward.',
+    'real/gpt-no-sync':
+        'A GPT accumulating three microbatches under no_sync reduces once, at the last '
+        'microbatch: the average over ranks of the summed local gradients.',
+    'real/gpt-static-graph':
+        "Under static_graph DDP rebuilds a GPT's buckets after the first iteration in the "
+        'order gradients arrived; values stay the plain averages before and after.',
+    'real/gpt-per-rank-init':
+        "DDP's constructor broadcasts rank 0's GPT weights, so ranks that initialised their "
+        'own start from the same model.',
+    'real/gpt-join':
+        "A GPT under Join with uneven inputs: joined ranks shadow every bucket's allreduce "
+        'with zeros, divided by the initial world size by default.',
+    'real/resnet-channels-last':
+        "DDP's buckets keep a channels_last gradient's strides (its bucket view follows the "
+        "parameter's layout), so each 4-d gradient is averaged element for element.",
+    'real/resnet-channels-last-bucket-view':
+        "With gradient_as_bucket_view, a channels_last parameter's .grad is a bucket view "
+        "with the parameter's strides, holding the averaged gradient.",
+    'real/resnet-channels-last-no-broadcast':
+        "With broadcast_buffers=False a ResNet's BatchNorm statistics stay per rank while "
+        'its channels_last gradients are still averaged.',
+    'real/resnet-channels-last-no-sync':
+        'Under no_sync a channels_last ResNet accumulates local gradients and does not '
+        'broadcast buffers before the forwards that follow a no_sync one.',
+    'real/lstm':
+        "An LSTM's flat weights are ordinary parameters to DDP: every layer's weights and "
+        'biases get the averaged gradient.',
+    'real/lstm-tiny-cap-bucket-view':
+        "An LSTM with one bucket per weight and bucket-view gradients: each weight's .grad "
+        'is its bucket, averaged over ranks.',
+    'real/moe':
+        'With find_unused_parameters an expert unused on a rank contributes zero there, is '
+        'reduced with the others and gets the average on every rank; one unused everywhere '
+        'keeps None.',
+    'real/moe-tiny-cap':
+        'Mixture of experts with one bucket per parameter: whichever experts ran on each '
+        'rank, every rank reduces the same buckets in the same order.',
+    'real/moe-no-sync':
+        'Under no_sync DDP accumulates parameter usage over the window: an expert used in '
+        'any microbatch on any rank is reduced at the synced one.',
+    'real/moe-without-find-unused':
+        'Without find_unused_parameters torch refuses when an expert got no gradient; a DDP '
+        "that goes on must average every used expert's gradient with zeros from the ranks "
+        'that skipped it.',
+    'real/moe-static-graph':
+        'static_graph promises the same graph every iteration; a mixture of experts changes '
+        'it, which torch refuses, and a DDP that goes on is judged on the averaged '
+        'gradients.',
+    'real/freeze-mid-run':
+        'A parameter frozen mid-run (requires_grad=False) gets no gradient and is neither '
+        'reduced nor stepped; unfrozen, it is reduced again from the next step.',
+    'real/freeze-mid-run-momentum-zeroed':
+        "A frozen parameter whose gradient was zeroed (not None) is still stepped by SGD's "
+        'momentum: DDP must leave the zero gradient as it is, identical on every rank.',
+    'real/freeze-mid-run-without-find-unused':
+        'Without find_unused_parameters, freezing a parameter after construction leaves DDP '
+        'waiting for its gradient: torch refuses at the next step, and a DDP that goes on '
+        'must keep averaging the rest.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

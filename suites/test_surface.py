@@ -2,6 +2,7 @@
 torch's comm-hook modules and C++ hooks, buffer comm hooks, the fused optimizer,
 ``_update_process_group`` and a wrapper copied mid-run."""
 from ddp_conformance import JoinSpec, Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     # --- constructor keywords ------------------------------------------------------------
@@ -221,3 +222,129 @@ SCENARIOS += [
              description="Join with find_unused_parameters: joined ranks shadow the "
                          "used-parameter map's allreduce"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'surface/bucket-cap-mb-list':
+        'bucket_cap_mb_list gives each bucket its own cap: DDP lays out the first buckets '
+        'and the rebuilt ones by the list, and every gradient is still averaged once.',
+    'surface/bucket-cap-mb-list-find-unused':
+        'With find_unused_parameters DDP never rebuilds its buckets, so the initial layout '
+        'from bucket_cap_mb_list stays, and unused parameters are handled as usual.',
+    'surface/forward-sync-buffers-off':
+        "forward_sync_buffers=False: buffers are broadcast by the constructor's init sync "
+        'and never before a forward.',
+    'surface/forward-sync-buffers-wins':
+        'When forward_sync_buffers is given it decides the forward broadcast, and the '
+        'deprecated broadcast_buffers is ignored with a FutureWarning.',
+    'surface/broadcast-buffers-explicit':
+        'The deprecated broadcast_buffers, given alone, is still honoured (with a '
+        'FutureWarning): buffers are broadcast before forwards as before.',
+    'surface/skip-all-reduce-unused':
+        'skip_all_reduce_unused_params: a parameter unused on every rank is not reduced and '
+        'its gradient stays None; one used anywhere is averaged.',
+    'surface/batched-grad-copy':
+        'batched_grad_copy changes how DDP copies gradients into buckets, not the values: '
+        'the same averaged gradients as without it.',
+    'surface/device-mesh':
+        "A 1-D device_mesh stands for the process_group: DDP reduces over the mesh's group "
+        'with the same averages.',
+    'surface/check-reduction':
+        'check_reduction is deprecated and has no effect (a FutureWarning): training and '
+        'gradients are the same as without it.',
+    'surface/delay-all-reduce':
+        'delay_all_reduce_named_params: DDP leaves those parameters out of its buckets and '
+        "allreduces them in one flat buffer launched from param_to_hook_all_reduce's "
+        'gradient hook, averaged like the rest.',
+    'surface/builtin-allreduce':
+        'The C++ built-in ALLREDUCE comm hook allreduces each bucket and divides by the '
+        'group size: the same gradients as no hook.',
+    'surface/builtin-fp16-compress':
+        'The C++ built-in FP16_COMPRESS hook reduces each bucket in float16 and casts back: '
+        'the average within float16 rounding.',
+    'surface/fp16-compress-wrapper':
+        'fp16_compress_wrapper casts the bucket to float16 before the wrapped hook and back '
+        "after it: the allreduce hook's average within float16 rounding.",
+    'surface/batched-powersgd-vanilla-phase':
+        'Before start_powerSGD_iter, batched_powerSGD_hook allreduces the whole bucket '
+        'divided by the group size: plain averaging.',
+    'surface/post-local-sgd':
+        'post_localSGD_hook allreduces over the global group before start_localSGD_iter and '
+        'over the local subgroup after; with the whole group as subgroup both are the plain '
+        'average.',
+    'surface/buffer-comm-hook':
+        "A buffer comm hook registered at PRE_FORWARD replaces DDP's buffer broadcast and "
+        'runs where DDP would broadcast.',
+    'surface/fused-sgd':
+        '_register_fused_optim steps each parameter inside backward, right after its '
+        "bucket's reduction: with the averaged gradient, never the local one.",
+    'surface/update-process-group':
+        '_update_process_group switches DDP to a new group and rebuilds its buckets; '
+        'training goes on with the same averages over the new group.',
+    'surface/copy-pickle':
+        'A pickled DDP wrapper restores a working DDP: the copy keeps its parameters, '
+        'rebuilds its reducer and trains with the same averages.',
+    'surface/copy-deepcopy':
+        'copy.deepcopy of a DDP wrapper gives an independent DDP that trains with the same '
+        'averages, a layer used twice included.',
+    'surface/copy-deepcopy-static-graph':
+        'A deep copy of a static-graph DDP starts over: its first iteration is a static '
+        "graph's first again, and it reduces every gradient.",
+    'surface/copy-torch-save':
+        'torch.save and torch.load of a DDP wrapper restore a working DDP that trains on '
+        'with the same averages.',
+    'surface/join-across-process-groups':
+        'Join requires every joinable on the same process group: DDP on a subgroup joined '
+        'with ZeroRedundancyOptimizer on the default group raises.',
+    'surface/join-skew-over-1000':
+        'Join shadows the active ranks for as long as they train: past 1000 shadowed '
+        'iterations it warns and goes on shadowing.',
+    'surface/comm-hook-misannotated-bucket':
+        "register_comm_hook checks the hook's annotations: a bucket argument annotated as "
+        'other than dist.GradBucket is refused.',
+    'surface/comm-hook-misannotated-return':
+        'register_comm_hook refuses a hook whose return annotation is not '
+        'torch.futures.Future[torch.Tensor].',
+    'surface/no-trainable-parameters':
+        "DDP's constructor refuses a module with no parameter that requires a gradient.",
+    'surface/uninitialized-parameters':
+        "DDP's constructor refuses a module with uninitialized (lazy) parameters: run a "
+        'forward first.',
+    'surface/delay-all-reduce-without-hook-parameter':
+        'delay_all_reduce_named_params needs param_to_hook_all_reduce, the parameter whose '
+        'hook launches the delayed allreduce: the constructor refuses it alone.',
+    'surface/sync-batchnorm-on-cpu':
+        "SyncBatchNorm runs on GPU modules only: DDP's constructor refuses a CPU module "
+        'holding one.',
+    'surface/copy-on-a-subgroup':
+        'Pickling a DDP whose process group is not the default group is refused.',
+    'surface/ignored-parameters-and-buffers':
+        'Parameters and buffers named by _set_params_and_buffers_to_ignore_for_model are '
+        'neither broadcast nor reduced: each rank keeps its own.',
+    'surface/static-graph-with-find-unused':
+        'static_graph finds unused parameters itself: find_unused_parameters beside it only '
+        'warns, and gradients are the same averages.',
+    'surface/mixed-precision-fp16':
+        'mixed_precision(param_dtype=float16) runs forward and backward on float16 copies '
+        'and reduces in float16, while the parameters and their gradients outside stay full '
+        'precision.',
+    'surface/mixed-precision-reduce-fp32':
+        "mixed_precision's reduce_dtype=float32 reduces the float16 copies' gradients in "
+        'float32, then hands full-precision gradients back.',
+    'surface/mixed-precision-ignored':
+        'Parameters and buffers DDP ignores are left alone under mixed_precision as well: '
+        'neither cast to the low-precision dtype nor reduced.',
+    'surface/noop-hook-replicated-data':
+        "noop_hook issues no collective and leaves each rank's local gradient as DDP's "
+        'result.',
+    'surface/bf16-compress-hook':
+        'bf16_compress_hook casts the bucket to bfloat16, divides by the group size, '
+        'allreduces and casts back: the average within bfloat16 rounding.',
+    'surface/optimizer-in-backward':
+        "With _apply_optimizer_in_backward DDP runs each parameter's optimizer after that "
+        "gradient's reduction: parameters are stepped with the averaged gradient.",
+    'surface/join-find-unused':
+        'Under Join with find_unused_parameters, joined ranks also shadow the allreduce of '
+        "the used-parameter map, so the active ranks' collectives match.",
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

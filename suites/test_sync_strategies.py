@@ -5,6 +5,7 @@ microbatch synced; ``forced_sync``: every microbatch in no_sync, then one allred
 gradient. All three must give the averaged accumulated gradient.
 """
 from ddp_conformance import Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     Scenario(f"sync-strategy/{strategy.replace('_', '-')}-{mbs}-microbatch"
@@ -14,3 +15,17 @@ SCENARIOS = [
     for strategy in ("single_auto_sync", "multi_auto_sync", "forced_sync")
     for mbs in (1, 3)
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'sync-strategy/single-auto-sync-*':
+        'single_auto_sync runs every microbatch but the last inside no_sync: the last '
+        'backward reduces the accumulated gradient, averaged over ranks.',
+    'sync-strategy/multi-auto-sync-*':
+        "multi_auto_sync reduces at every microbatch's backward: the averaged gradients of "
+        'the microbatches accumulate.',
+    'sync-strategy/forced-sync-*':
+        'forced_sync runs every microbatch inside no_sync, then allreduces each gradient '
+        "itself: the result is the averaged accumulated gradient, as DDP's own.",
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

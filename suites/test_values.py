@@ -3,6 +3,7 @@ parameters, whole models in float64 / bfloat16 / float16, one tensor above 2**18
 a non-finite gradient on one rank, buffers of every kind, a parameter first used late, and
 gradients as bucket views under ``no_sync`` accumulation."""
 from ddp_conformance import Accumulate, Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 #: torch's error when a parameter DDP waits for got no gradient (the reducer notices at
 #: the next forward, on every rank).
@@ -63,3 +64,55 @@ SCENARIOS = [
              accumulate=Accumulate.NO_SYNC, ddp_options={"gradient_as_bucket_view": True},
              description="gradient_as_bucket_view with 3 microbatches accumulated in no_sync"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'values/complex':
+        'DDP reduces a complex gradient as its real and imaginary parts (view_as_real), so '
+        'the average is taken component by component.',
+    'values/complex-adam-tiny-cap':
+        "Complex parameters, each in its own bucket, reduced as view_as_real pairs; Adam's "
+        'state built on the averages stays identical on every rank.',
+    'values/float64':
+        "A float64 model's gradients are reduced in float64: no precision is lost to a "
+        'narrower wire dtype.',
+    'values/bfloat16':
+        "A bfloat16 model's gradients are divided by the world size and summed in bfloat16, "
+        "the parameters' dtype, within bfloat16 rounding.",
+    'values/float16':
+        "A float16 model's gradients are divided by the world size before the float16 sum, "
+        'so the average stays in range.',
+    'values/huge-tensor':
+        "A tensor above DDP's first-bucket cap (1 MiB) gets a bucket of its own and is "
+        'reduced whole, never split.',
+    'values/huge-tensor-bucket-view':
+        'A huge parameter with gradient_as_bucket_view: its .grad is the whole of its own '
+        'bucket, holding the average.',
+    'values/non-finite-grad':
+        "An inf or NaN in one rank's local gradient reaches every rank through the "
+        'allreduce: all ranks see the same non-finite gradient, so all skip the step '
+        'together.',
+    'values/buffer-kinds':
+        'DDP broadcasts every buffer from rank 0, whatever its dtype and whether '
+        'persistent: int64 counters, running means and non-persistent buffers alike.',
+    'values/buffer-kinds-no-broadcast':
+        'With broadcast_buffers=False no buffer of any kind is broadcast after '
+        'construction: each rank keeps its own.',
+    'values/buffer-kinds-per-rank-init':
+        'The constructor broadcasts every buffer, whatever its kind, so buffers drawn per '
+        "rank at init all start as rank 0's.",
+    'values/late-use-find-unused':
+        'With find_unused_parameters a parameter unused for some steps keeps a None '
+        'gradient and is reduced from the first step that uses it.',
+    'values/late-use-default':
+        'Without find_unused_parameters torch refuses once a parameter got no gradient (its '
+        'documented limit); a DDP that goes on must reduce the layer from the step that '
+        'first uses it.',
+    'values/late-use-static-graph':
+        "static_graph records the first iteration's graph: a parameter unused then and used "
+        'later is a graph change, which torch refuses.',
+    'values/bucket-view-no-sync':
+        'With gradient_as_bucket_view under no_sync, microbatches accumulate into the '
+        'bucket views locally and the synced backward averages the sum in place.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

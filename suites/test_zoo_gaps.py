@@ -10,6 +10,7 @@ step 1 on. No other scenario combines a rank-dependent ready order with several 
 and a layout rebuild (``find_unused_parameters`` does not rebuild).
 """
 from ddp_conformance import Scenario
+from ddp_conformance.catalog.rules import with_rules
 
 SCENARIOS = [
     Scenario("gaps/static-graph-unused-on-some-ranks-tiny-cap", "unused_on_rank1",
@@ -18,3 +19,12 @@ SCENARIOS = [
              description="static graph, `extra` unused on rank 1: the rebuilt bucket layout "
                          "differs per rank, rank 0's is used"),
 ]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'gaps/static-graph-unused-on-some-ranks-tiny-cap':
+        "Under static_graph DDP rebuilds its buckets once from rank 0's gradient order and "
+        'broadcasts that layout, so every rank reduces the same buckets even if a parameter '
+        'is unused on one.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

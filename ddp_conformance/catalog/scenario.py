@@ -165,6 +165,10 @@ class Scenario:
     id: str
     model: str
     description: str = ""
+    #: The DDP rule the scenario checks, in torch's semantics (one or two sentences): what
+    #: a candidate that fails it must do. Printed with every failure of the scenario and in
+    #: ``list``; every catalog scenario has one (``tests/test_rules.py``).
+    rule: str = ""
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     steps: int = 3
     batch_size: int = 4

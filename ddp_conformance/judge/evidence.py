@@ -11,6 +11,7 @@ is the whole list of what it can fail.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from ddp_conformance.judge.cause_order import cause_rank
 from ddp_conformance.judge.tolerance import Policy, distance, non_finite_mismatches
 from ddp_conformance.judge.verdict import CheckFailure, Figure
 from ddp_conformance.ranks.records import Tensors
@@ -68,10 +70,15 @@ class Evidence:
 
     def fail(self, check: str, message: str, step: int | None = None, rank: int | None = None,
              name: str | None = None, detail: str = "") -> None:
+        """Record a failure of ``check``, at most :data:`MAX_FAILURES_PER_CHECK` of each.
+        :attr:`failures` stays sorted cause before effect (:mod:`.cause_order`): a new
+        failure goes after every failure of a check of its rank or before it."""
         self.ran(check)
         if sum(f.check == check for f in self.failures) < MAX_FAILURES_PER_CHECK:
-            self.failures.append(CheckFailure(check, f"{check}: {message}", step, rank, name,
-                                              detail))
+            at = bisect.bisect_right([cause_rank(f.check) for f in self.failures],
+                                     cause_rank(check))
+            self.failures.insert(at, CheckFailure(check, f"{check}: {message}", step, rank, name,
+                                                  detail))
 
     def compare(self, check: str, step: int, rank: int, name: str, actual: Tensor,
                 expected: Tensor, rtol: float, against: str, scale: float = 0.0) -> None:

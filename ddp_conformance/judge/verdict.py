@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import enum
 import re
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+#: Columns of a wrapped rule (terminal and summary.md); continuation lines are indented
+#: under the rule's first word.
+RULE_WIDTH = 96
+RULE_LABEL = "rule: "
 
 
 class Verdict(str, enum.Enum):
@@ -115,6 +121,9 @@ class Result:
     desync: str = ""
     #: The same case on the comparison backend (None: not compared).
     comparison: BackendComparison | None = None
+    #: The DDP rule the scenario checks (``Scenario.rule``; '' for collective cases and
+    #: results written before rules existed).
+    rule: str = ""
 
     @property
     def case_id(self) -> str:
@@ -138,10 +147,31 @@ class Result:
                 messages.append(failure.message)
         return "; ".join(messages)
 
+    def explanation_lines(self, width: int = RULE_WIDTH) -> list[str]:
+        """The lines printed under a case's verdict line: why (:meth:`summary_line`), or
+        for an XPASS the expectation that no longer holds, then for a failure of the
+        scenario (FAIL, ERROR, TIMEOUT, CRASH, XFAIL) the DDP rule it checks, wrapped to
+        ``width`` columns. Never an empty line."""
+        why = self.summary_line()
+        if self.verdict is Verdict.XPASS:
+            why = f"passed, though expected to fail ({self.expectation}): the expectation is stale"
+        lines = [why] if why else []
+        if self.rule and (self.verdict.unexpected or self.verdict is Verdict.XFAIL):
+            lines += rule_lines(self.rule, width)
+        return lines
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["verdict"] = self.verdict.value
         return data
+
+
+
+
+def rule_lines(rule: str, width: int = RULE_WIDTH) -> list[str]:
+    """``rule: <the rule>`` wrapped to ``width`` columns, continuation lines aligned."""
+    return textwrap.wrap(RULE_LABEL + rule, width, subsequent_indent=" " * len(RULE_LABEL),
+                         break_long_words=False, break_on_hyphens=False)
 
 
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")

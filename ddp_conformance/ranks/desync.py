@@ -26,8 +26,10 @@ from ddp_conformance.ranks.flight import POINT_TO_POINT, Launch, RankFlight
 
 #: How many collectives before the first difference the side-by-side view shows.
 CONTEXT_ROWS = 3
-#: How many rows after it, at most.
+#: How many rows after it, at least where there are.
 AFTER_ROWS = 6
+#: How many rows after it, at most (to reach the first difference after it).
+MAX_ROWS = 20
 
 
 @dataclass(frozen=True)
@@ -126,14 +128,19 @@ def _describe(stuck: list[_Stuck], flights: dict[int, RankFlight], gone: dict[in
                                if "never issued" in s.why and "trace does not see" not in s.why))
     groups = list(dict.fromkeys(s.launch.group for s in first_per_rank.values()))
     differs = {g: first_difference(g, flights) for g in groups}
-    where = ", ".join(f"#{differs[g]} of group {g}" for g in groups if differs[g])
+    apart = {g: first_out_of_step(g, flights) for g in groups}
+    apart = {g: seq for g, seq in apart.items() if seq and (not differs[g] or seq < differs[g])}
+    where = ", ".join(f"#{differs[g]} of group {g}" for g in groups if differs[g] and g not in apart)
     if where:
         said.append(f"the streams differ first at {where}")
-    summary = "desync: " + "; ".join(said)
+    # Where the ranks went out of step explains the rest: it leads the line.
+    summary = "desync: " + "; ".join([*(out_of_step_clause(g, apart[g], flights) for g in apart),
+                                      *said])
     gone_note = [f"rank {r} {what}" for r, what in sorted(gone.items())]
     detail = "\n\n".join(
-        streams(g, flights, differs[g] or min(s.launch.seq for s in stuck if s.launch.group == g),
-                gone) for g in groups)
+        streams(g, flights, apart.get(g) or differs[g]
+                or min(s.launch.seq for s in stuck if s.launch.group == g),
+                gone, through=differs[g]) for g in groups)
     if gone_note:
         detail += "\n\n" + "; ".join(gone_note) + " (issues nothing more)"
     return Desync(summary, detail)
@@ -177,14 +184,48 @@ def first_difference(group: str, flights: dict[int, RankFlight]) -> int:
     return 0
 
 
+def first_out_of_step(group: str, flights: dict[int, RankFlight]) -> int:
+    """The first sequence number of ``group`` where its members issued collectives from
+    different steps or microbatches, or different collectives, or not all issued one: where
+    the ranks went out of step (0: nowhere yet). Matching collectives issued a step apart
+    pair up in Gloo all the same, so this can come before :func:`first_difference`."""
+    members = _members(group, flights)
+    last = max((flights[m].last_seq(group) for m in members), default=0)
+    for seq in range(1, last + 1):
+        launches = [flights[m].at(group, seq) for m in members]
+        if any(c is None for c in launches) or len({_step_of(c) for c in launches}) > 1:
+            return seq
+    return first_difference(group, flights)
+
+
+def _step_of(launch: Launch | None) -> tuple[int, int]:
+    assert launch is not None
+    return launch.step, launch.microbatch
+
+
+def out_of_step_clause(group: str, seq: int, flights: dict[int, RankFlight]) -> str:
+    """"the ranks went out of step at #8 of group 0 (rank 0 at step 0, microbatch 0,
+    backward; rank 1 at step 1, microbatch 0, backward)": where each member issued ``seq``
+    (ranks that issued it at the same place named together)."""
+    at: dict[str, list[int]] = {}
+    for m in _members(group, flights):
+        c = flights[m].at(group, seq)
+        at.setdefault("had not issued it" if c is None else f"at {c.where()}", []).append(m)
+    places = "; ".join(f"rank{'s' if len(ms) > 1 else ''} {', '.join(map(str, ms))} {where}"
+                       for where, ms in at.items())
+    return f"the ranks went out of step at #{seq} of group {group} ({places})"
+
+
 def streams(group: str, flights: dict[int, RankFlight], start: int,
-            gone: dict[int, str] | None = None) -> str:
+            gone: dict[int, str] | None = None, through: int = 0) -> str:
     """The group's members' collective streams side by side, from a little before
-    ``start``; ``>>`` marks ``start``, ``[waits]`` a collective still pending."""
+    ``start``; ``>>`` marks ``start``, ``[waits]`` a collective still pending. The window
+    reaches ``through`` as well (at most :data:`MAX_ROWS` rows past ``start``)."""
     members = _members(group, flights)
     gone = gone or {}
     last = max((flights[m].last_seq(group) for m in members), default=0)
-    lo, hi = max(1, start - CONTEXT_ROWS), min(last, start + AFTER_ROWS)
+    lo = max(1, start - CONTEXT_ROWS)
+    hi = min(last, max(start + AFTER_ROWS, min(through, start + MAX_ROWS)))
     header = [f"rank {m}" + (f" ({gone[m]})" if m in gone else "") for m in members]
     table = [header]
     for seq in range(lo, hi + 1):
