@@ -21,6 +21,7 @@ from ddp_conformance.errors import ReportDirError, UsageError
 from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 from ddp_conformance.report import render
 from ddp_conformance.report.files import ReportFiles, check_writable
+from ddp_conformance.report.errorplot import MAX_LINES
 from ddp_conformance.report.html import MAX_FIGURE_ROWS, MAX_MESSAGES, case_html
 from ddp_conformance.report.stream import ResultsWriter
 from tests.test_signals import Run, assert_no_rank_left, rank_pids
@@ -137,7 +138,10 @@ def test_long_evidence_is_capped_and_says_where_the_rest_is() -> None:
     # 2 checks against 2 quantities... per parameter: 4 rows a parameter, the first 60 shown.
     assert f"... and {4 * MAX_FIGURE_ROWS - MAX_FIGURE_ROWS} more rows (every one is in " \
            "results.jsonl)" in html
-    assert html.count("<svg") == 1 and html.count("<polyline") == 2 * 2 * 8  # 8 worst a panel
+    # One panel (grad: param, its effect, is left out beside it), oracle and reference
+    # lines of the MAX_LINES worst parameters.
+    assert html.count("<svg") == 1 and html.count("<polyline") == 2 * MAX_LINES
+    assert "grad: error per step" in html and "param: error per step" not in html
     short = case_html(failing_case(0, params=2, messages=MAX_MESSAGES))
     assert "more failure messages" not in short and "more rows" not in short
 

@@ -228,5 +228,9 @@ def ddp_like_candidate(name: str, factory: Callable[..., nn.Module], version: st
 
 
 def _first_doc_line(obj: Any) -> str:
-    doc = inspect.getdoc(obj) or ""
+    """The first line of ``obj``'s own docstring ('' for none): a class without one does
+    not describe itself with its base's (``nn.Module``: "Base class for all neural
+    network modules.")."""
+    own = obj.__dict__.get("__doc__") if inspect.isclass(obj) else getattr(obj, "__doc__", None)
+    doc = inspect.cleandoc(own) if isinstance(own, str) else ""
     return doc.splitlines()[0] if doc else ""

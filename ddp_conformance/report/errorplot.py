@@ -7,6 +7,13 @@ Drawn by hand, not by matplotlib: a matplotlib figure takes 0.3 s to several sec
 minute on its plots and outlasted the 30 s an interrupted run has to write its reports.
 This costs milliseconds a case, so every failing case gets its plot. Plain SVG elements
 only (no script, no external reference): the report stays self-contained.
+
+Drawn small, since a run can fail in a hundred cases: whole-pixel coordinates, shared
+attributes on groups, the grid as one path, no marker per point, the worst
+:data:`MAX_LINES` parameters, and no ``param`` panel beside a failing ``grad`` one (a
+parameter is the optimizer applied to its gradient: its error is the gradient's effect).
+Every text is at least 10 px. Errors a log scale cannot draw (inf, NaN) are said in the
+panel, never left as a blank axis.
 """
 from __future__ import annotations
 
@@ -17,17 +24,19 @@ from ddp_conformance.judge.verdict import Result
 
 FLOOR = 1e-12  # zero error drawn here on the log scale
 #: Parameters drawn per panel: the worst ones (by peak error over oracle and reference).
-MAX_LINES = 8
+MAX_LINES = 6
 QUANTITIES = ("grad", "param", "buffer")
 AGAINST = (("oracle", ""), ("reference", "4 3"))  # (who, stroke-dasharray)
 #: matplotlib's tab10, the colours of the report's other plots.
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 # Panel geometry, in px: plot area, margins (left for the tick labels), legend rows.
-WIDTH, HEIGHT = 300, 170
+WIDTH, HEIGHT = 300, 150
 LEFT, RIGHT, TOP, BOTTOM = 52, 12, 24, 34
-LEGEND_ROW = 13
-LABEL_CHARS = 26  # a legend label's characters in half a panel's width at 8 px
+#: The smallest text (ticks, legend), and a legend row's height.
+FONT_PX = 10
+LEGEND_ROW = 14
+LABEL_CHARS = 22  # a legend label's characters in half a panel's width at 10 px
 
 Series = dict[tuple[str, str], dict[int, float]]
 
@@ -40,23 +49,30 @@ def error_series(result: Result, quantity: str) -> Series:
         if what != quantity or who not in ("oracle", "reference") or g.step < 0:
             continue
         s = series.setdefault((who, g.name), {})
-        s[g.step] = max(s.get(g.step, 0.0), g.max_abs)
+        value = g.max_abs
+        # NaN never wins a max(): a NaN on one rank must stay visible as non-finite.
+        s[g.step] = value if value != value else max(s.get(g.step, 0.0), value)
     return series
 
 
 def failing_quantities(result: Result) -> list[str]:
-    """The quantities with a failing figure against the oracle or the reference: the
-    panels of :func:`error_per_step` (none: no plot)."""
+    """The quantities with a failing figure against the oracle or the reference, less
+    ``param`` where ``grad`` fails too: the panels of :func:`error_per_step` (none: no
+    plot)."""
     failing = {g.check.partition(".")[2] for g in result.figures
                if not g.passed and g.check.partition(".")[0] in ("oracle", "reference")}
+    if "grad" in failing:
+        failing.discard("param")
     return [q for q in QUANTITIES if q in failing]
 
 
 def worst_names(series: Series) -> list[str]:
-    """The parameters of ``series``, worst peak error first, at most :data:`MAX_LINES`."""
+    """The parameters of ``series``, worst peak error first (a non-finite one worst), at
+    most :data:`MAX_LINES`."""
     peak: dict[str, float] = {}
     for (_, name), steps in series.items():
-        peak[name] = max([peak.get(name, 0.0), *(v for v in steps.values() if v == v)])
+        values = [math.inf if not math.isfinite(v) else v for v in steps.values()]
+        peak[name] = max([peak.get(name, 0.0), *values])
     return sorted(peak, key=lambda n: (-peak[n], n))[:MAX_LINES]
 
 
@@ -69,74 +85,105 @@ def finite(points: dict[int, float]) -> dict[int, float]:
     return {s: v for s, v in points.items() if math.isfinite(v)}
 
 
-def panel(quantity: str, series: Series, x0: float) -> tuple[list[str], float]:
+def non_finite_note(series: Series, names: list[str], drawn: bool) -> str:
+    """What the panel cannot draw: '' when every point is finite."""
+    values = [v for (_, n), pts in series.items() if n in names for v in pts.values()]
+    bad = [v for v in values if not math.isfinite(v)]
+    if not bad:
+        return ""
+    kinds = " or ".join(k for k, hit in (("inf", any(v == v for v in bad)),
+                                         ("NaN", any(v != v for v in bad))) if hit)
+    if not drawn:
+        return f"every error is {kinds}: nothing to draw on a log scale"
+    return f"{len(bad)} error(s) {kinds}, not drawn"
+
+
+class _Axes:
+    """The panel's scales: step to x, error to y (log), whole pixels."""
+
+    def __init__(self, drawn: dict[tuple[str, str], dict[int, float]], x0: int) -> None:
+        self.steps = sorted({s for pts in drawn.values() for s in pts}) or [0]
+        logs = [_log(v) for pts in drawn.values() for v in pts.values()] or [0.0]
+        self.lo, hi = math.floor(min(logs)), math.ceil(max(logs))
+        self.hi = hi if hi > self.lo else self.lo + 1
+        self.s_lo = self.steps[0]
+        self.s_hi = self.steps[-1] if self.steps[-1] > self.steps[0] else self.steps[0] + 1
+        self.left, self.top = x0 + LEFT, TOP
+
+    def x(self, step: float) -> int:
+        return round(self.left + (step - self.s_lo) / (self.s_hi - self.s_lo) * WIDTH)
+
+    def y(self, value: float) -> int:
+        return round(self.top + (self.hi - _log(value)) / (self.hi - self.lo) * HEIGHT)
+
+
+def _frame(quantity: str, ax: _Axes, x0: int, note: str) -> list[str]:
+    """Title, box, decade grid and labels, step labels, axis titles, the non-finite note."""
+    left, top = ax.left, ax.top
+    out = [f'<text x="{left + WIDTH // 2}" y="{top - 8}" text-anchor="middle" '
+           f'font-size="12">{quantity}: error per step</text>',
+           f'<rect x="{left}" y="{top}" width="{WIDTH}" height="{HEIGHT}" fill="none" '
+           'stroke="#999"/>']
+    every = max(1, math.ceil((ax.hi - ax.lo) / 6))  # at most about 6 decade labels
+    decades = range(ax.lo, ax.hi + 1, every)
+    ys = [round(top + (ax.hi - d) / (ax.hi - ax.lo) * HEIGHT) for d in decades]
+    out.append('<path stroke="#e5e5e5" d="' + "".join(f"M{left} {y}h{WIDTH}" for y in ys) + '"/>')
+    out.append('<g text-anchor="end">' + "".join(
+        f'<text x="{left - 4}" y="{y + 3}">1e{d}</text>' for d, y in zip(decades, ys, strict=True))
+        + "</g>")
+    stride = max(1, math.ceil(len(ax.steps) / 10))  # at most about 10 step labels
+    out.append('<g text-anchor="middle">' + "".join(
+        f'<text x="{ax.x(s)}" y="{top + HEIGHT + 13}">{s}</text>' for s in ax.steps[::stride])
+        + f'<text x="{left + WIDTH // 2}" y="{top + HEIGHT + 27}">step</text>'
+        f'<text x="{x0 + 11}" y="{top + HEIGHT // 2}" transform="rotate(-90 {x0 + 11} '
+        f'{top + HEIGHT // 2})">max abs error</text></g>')
+    if note:
+        out.append(f'<text x="{left + WIDTH // 2}" y="{top + (HEIGHT // 2 if "every" in note else 14)}"'
+                   f' text-anchor="middle" fill="#c62828">{html.escape(note)}</text>')
+    return out
+
+
+def panel(quantity: str, series: Series, x0: int) -> tuple[list[str], int]:
     """The SVG elements of one panel whose left edge is at ``x0``; and its height."""
     names = worst_names(series)
     drawn = {(who, n): finite(series[(who, n)]) for n in names for who, _ in AGAINST
              if finite(series.get((who, n), {}))}
-    steps = sorted({s for pts in drawn.values() for s in pts}) or [0]
-    logs = [_log(v) for pts in drawn.values() for v in pts.values()] or [0.0]
-    lo, hi = math.floor(min(logs)), math.ceil(max(logs))
-    hi = hi if hi > lo else lo + 1
-    s_lo, s_hi = steps[0], steps[-1] if steps[-1] > steps[0] else steps[0] + 1
-    left, top = x0 + LEFT, TOP
-
-    def x(step: float) -> float:
-        return left + (step - s_lo) / (s_hi - s_lo) * WIDTH
-
-    def y(value: float) -> float:
-        return top + (hi - _log(value)) / (hi - lo) * HEIGHT
-
-    out = [f'<text x="{left + WIDTH / 2:.1f}" y="{top - 8}" text-anchor="middle" '
-           f'font-size="12">{quantity}: error per step</text>',
-           f'<rect x="{left}" y="{top}" width="{WIDTH}" height="{HEIGHT}" fill="none" '
-           'stroke="#999"/>']
-    every = max(1, math.ceil((hi - lo) / 8))  # at most about 8 decade labels
-    for decade in range(lo, hi + 1, every):
-        ty = top + (hi - decade) / (hi - lo) * HEIGHT
-        out.append(f'<line x1="{left}" x2="{left + WIDTH}" y1="{ty:.1f}" y2="{ty:.1f}" '
-                   'stroke="#e5e5e5"/>')
-        out.append(f'<text x="{left - 4}" y="{ty + 3:.1f}" text-anchor="end" '
-                   f'font-size="9">1e{decade}</text>')
-    stride = max(1, math.ceil(len(steps) / 10))  # at most about 10 step labels
-    for step in steps[::stride]:
-        out.append(f'<text x="{x(step):.1f}" y="{top + HEIGHT + 12}" text-anchor="middle" '
-                   f'font-size="9">{step}</text>')
-    out.append(f'<text x="{left + WIDTH / 2:.1f}" y="{top + HEIGHT + 25}" text-anchor="middle" '
-               'font-size="10">step</text>')
-    out.append(f'<text x="{x0 + 11}" y="{top + HEIGHT / 2:.1f}" font-size="10" '
-               f'text-anchor="middle" transform="rotate(-90 {x0 + 11} {top + HEIGHT / 2:.1f})">'
-               'max abs error (over ranks)</text>')
-    legend_y = top + HEIGHT + BOTTOM + 4
-    for (who, dash), lx in zip(AGAINST, (left, left + WIDTH / 2), strict=True):
-        out.append(_swatch(lx, legend_y, "#444", dash, f"vs {who}"))
+    ax = _Axes(drawn, x0)
+    out = _frame(quantity, ax, x0, non_finite_note(series, names, bool(drawn)))
+    legend_y = ax.top + HEIGHT + BOTTOM + 6
+    legend = [_swatch(lx, legend_y, "#444", dash, f"vs {who}")
+              for (who, dash), lx in zip(AGAINST, (ax.left, ax.left + WIDTH // 2), strict=True)]
+    lines = []
     for i, name in enumerate(names):
         colour = COLOURS[i % len(COLOURS)]
         for who, dash in AGAINST:
-            pts = drawn.get((who, name))
+            pts = sorted(drawn.get((who, name), {}).items())
             if not pts:
                 continue
             dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-            coords = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in sorted(pts.items()))
-            out.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" '
-                       f'stroke-width="1.5"{dash_attr}><title>{html.escape(name)} vs {who}'
-                       "</title></polyline>")
-            out += [f'<circle cx="{x(s):.1f}" cy="{y(v):.1f}" r="2" fill="{colour}"/>'
-                    for s, v in sorted(pts.items())]
-        ly = legend_y + (1 + i // 2) * LEGEND_ROW
-        out.append(_swatch(left + (i % 2) * (WIDTH / 2), ly, colour, "", name))
+            tip = f"<title>{html.escape(name)} vs {who}</title>"
+            if len(pts) == 1:  # one point is no line: a dot
+                lines.append(f'<circle cx="{ax.x(pts[0][0])}" cy="{ax.y(pts[0][1])}" r="2.5" '
+                             f'fill="{colour}">{tip}</circle>')
+                continue
+            coords = " ".join(f"{ax.x(s)},{ax.y(v)}" for s, v in pts)
+            lines.append(f'<polyline points="{coords}" stroke="{colour}"{dash_attr}>{tip}'
+                         "</polyline>")
+        legend.append(_swatch(ax.left + (i % 2) * (WIDTH // 2),
+                              legend_y + (1 + i // 2) * LEGEND_ROW, colour, "", name))
+    out.append('<g fill="none" stroke-width="1.5">' + "".join(lines) + "</g>")
+    out += legend
     return out, legend_y + (1 + math.ceil(len(names) / 2)) * LEGEND_ROW
 
 
-def _swatch(lx: float, ly: float, colour: str, dash: str, label: str) -> str:
+def _swatch(lx: int, ly: int, colour: str, dash: str, label: str) -> str:
     """A legend entry: a short line and its label (cut to fit half a panel; the whole
     label is its tooltip)."""
     dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
     shown = label if len(label) <= LABEL_CHARS else label[:LABEL_CHARS - 1] + "\u2026"
-    return (f'<line x1="{lx:.1f}" x2="{lx + 18:.1f}" y1="{ly - 3}" y2="{ly - 3}" '
-            f'stroke="{colour}" stroke-width="1.5"{dash_attr}/>'
-            f'<text x="{lx + 22:.1f}" y="{ly}" font-size="8">{html.escape(shown)}'
-            f"<title>{html.escape(label)}</title></text>")
+    tip = f"<title>{html.escape(label)}</title>" if shown != label else ""
+    return (f'<path d="M{lx} {ly - 4}h18" stroke="{colour}" stroke-width="1.5"{dash_attr}/>'
+            f'<text x="{lx + 22}" y="{ly}">{html.escape(shown)}{tip}</text>')
 
 
 def error_per_step(result: Result) -> str | None:
@@ -146,7 +193,7 @@ def error_per_step(result: Result) -> str | None:
     if not quantities:
         return None
     elements: list[str] = []
-    height = 0.0
+    height = 0
     pitch = LEFT + WIDTH + RIGHT
     for i, quantity in enumerate(quantities):
         drawn, bottom = panel(quantity, error_series(result, quantity), i * pitch)
@@ -154,7 +201,6 @@ def error_per_step(result: Result) -> str | None:
         height = max(height, bottom)
     width = pitch * len(quantities)
     title = html.escape(f"error per step of {result.case_id}")
-    return (f'<svg role="img" width="{width}" '
-            f'height="{height + 4:.0f}" viewBox="0 0 {width} {height + 4:.0f}" '
-            f'font-family="sans-serif"><title>{title}</title>'
-            + "".join(elements) + "</svg>")
+    return (f'<svg role="img" width="{width}" height="{height + 4}" '
+            f'viewBox="0 0 {width} {height + 4}" font-family="sans-serif" '
+            f'font-size="{FONT_PX}"><title>{title}</title>' + "".join(elements) + "</svg>")

@@ -66,10 +66,19 @@ img{max-width:100%;border:1px solid #eee} details summary{cursor:pointer;color:#
 .info td:first-child{font-weight:600;background:#fafafa}
 .note{background:#fffbe6;border:1px solid #f0e0a0;padding:8px 12px}
 .incomplete{background:#fdecea;border:2px solid #d9534f;padding:8px 12px;font-size:15px}
+.n1 td+td,.n2 td+td+td,.n3 td+td+td+td,.n4 td+td+td+td+td{text-align:right;
+ font-variant-numeric:tabular-nums}
+.rule{background:#eef5fb;border-left:3px solid #0b5394;padding:4px 10px}
 """
 
 
 def esc(x: Any) -> str:
+    """``x`` as the text of an element (quotes left as they are: they need no escape there)."""
+    return html.escape(str(x), quote=False)
+
+
+def attr(x: Any) -> str:
+    """``x`` as a double-quoted attribute value."""
     return html.escape(str(x))
 
 
@@ -77,20 +86,22 @@ def anchor(r: Result) -> str:
     return "case-" + "".join(ch if ch.isalnum() else "-" for ch in r.case_id)
 
 
-def table(header: list[str], rows: list[list[str]], numeric_from: int | None = None,
+def table(header: list[str] | None, rows: list[list[str]], numeric_from: int | None = None,
           cls: str = "") -> str:
-    out = [f'<table class="{cls}"><tr>' + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"]
-    for row in rows:
-        cells = []
-        for i, c in enumerate(row):
-            num = numeric_from is not None and i >= numeric_from
-            cells.append(f'<td class="num">{esc(c)}</td>' if num else f"<td>{esc(c)}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
+    """A table; ``header`` None: none (no empty first row). Cells from column
+    ``numeric_from`` on are right-aligned by the table's class (``n1``..``n4`` in
+    :data:`CSS`), not one attribute a cell; end tags HTML leaves optional are left out:
+    a run's tables are most of the report's bytes."""
+    classes = " ".join(c for c in (cls, f"n{numeric_from}" if numeric_from else "") if c)
+    out = [f'<table class="{classes}">' if classes else "<table>"]
+    if header is not None:
+        out.append("<tr><th>" + "<th>".join(map(esc, header)))
+    out += ["<tr><td>" + "<td>".join(map(esc, row)) for row in rows]
     return "\n".join(out) + "</table>"
 
 
 def img(png: str | None, alt: str) -> str:
-    return f'<p><img alt="{esc(alt)}" src="data:image/png;base64,{png}"></p>' if png else ""
+    return f'<p><img alt="{attr(alt)}" src="data:image/png;base64,{png}"></p>' if png else ""
 
 
 def badge(verdict: str, text: str | None = None) -> str:
@@ -113,11 +124,12 @@ def run_info_html(info: dict[str, Any]) -> str:
         rows.append(("ddp-conformance commit", git_line(info["project_git"])))
     for c in info.get("candidates", []):
         git = f"; git {git_line(c['git'])}" if "git" in c else ""
-        rows.append((f"candidate {c['name']}", f"{c.get('version') or '(no version)'} — "
-                     f"{c.get('description', '')}{git}"))
+        said = " — ".join(x for x in (c.get("version") or "(no version)", c.get("description"))
+                          if x)
+        rows.append((f"candidate {c['name']}", f"{said}{git}"))
     if info.get("argv"):
         rows.append(("command", " ".join(map(str, info["argv"]))))
-    return table(["", ""], [[str(a), str(b)] for a, b in rows], cls="info")
+    return table(None, [[str(a), str(b)] for a, b in rows], cls="info")
 
 
 def matrix_html(results: list[Result]) -> str:
@@ -131,16 +143,19 @@ def matrix_html(results: list[Result]) -> str:
             if r is None:
                 cells.append("<td></td>")
                 continue
+            # Every verdict but PASS has its anchor: a case's evidence, or its N/A line.
             label = esc(v) if v == "PASS" else f'<a href="#{anchor(r)}">{esc(v)}</a>'
-            title = esc(r.summary_line())
+            title = f' title="{attr(r.summary_line())}"' if r.verdict is not Verdict.PASS else ""
             colour = COLOURS.get(v, "#999")
-            cells.append(f'<td class="v" style="background:{colour}" title="{title}">{label}</td>')
+            cells.append(f'<td class="v" style="background:{colour}"{title}>{label}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     return "\n".join(out) + "</table>"
 
 
-#: Failure messages shown per case (a run that fails everywhere has hundreds per case).
-MAX_MESSAGES = 20
+#: Failure messages shown per case (a run that fails everywhere has hundreds per case; the
+#: divergence table above them already gives every failed check's first step and worst
+#: figures).
+MAX_MESSAGES = 10
 #: Rows of a case's per-parameter figures table.
 MAX_FIGURE_ROWS = 60
 #: Where everything a capped section leaves out is.
@@ -162,6 +177,8 @@ def case_html(r: Result) -> str:
              f"<h3>{badge(r.verdict.value)}<code>{esc(r.case_id)}</code> "
              f'<span class="muted">({r.duration_s:.2f}s)</span></h3>',
              f"<p>{esc(r.summary_line())}</p>"]
+    if r.rule:
+        parts.append(f'<p class="rule"><b>Rule:</b> {esc(r.rule)}</p>')
     if r.expectation:
         parts.append(f"<p><b>Expected to fail:</b> {esc(r.expectation)}</p>")
     divs = divergences(r)
@@ -197,11 +214,25 @@ def case_html(r: Result) -> str:
 
 
 def figures_table(r: Result) -> str:
-    """The per-parameter figures of ``r``, at most :data:`MAX_FIGURE_ROWS` rows."""
-    rows = per_parameter(r.figures)
+    """The per-parameter figures of ``r``, at most :data:`MAX_FIGURE_ROWS` rows; a check
+    whose every parameter has the same figures and passed is one row ("all 6")."""
+    rows = collapse_same(per_parameter(r.figures))
     more = more_line(MAX_FIGURE_ROWS, len(rows), "rows")
     return (table(PER_PARAMETER_HEADER, rows[:MAX_FIGURE_ROWS], numeric_from=2)
             + (f'<p class="muted">{esc(more)}</p>' if more else ""))
+
+
+def collapse_same(rows: list[list[str]]) -> list[list[str]]:
+    """Rows of :func:`per_parameter` with each check's rows made one ("all N") where they
+    passed with the same figures (often all 0: init, replica): nothing is lost."""
+    by_check: dict[str, list[list[str]]] = {}
+    for row in rows:
+        by_check.setdefault(row[0], []).append(row)
+    out: list[list[str]] = []
+    for check, group in by_check.items():
+        same = len({tuple(row[2:]) for row in group}) == 1 and group[0][-1] == "ok"
+        out += [[check, f"all {len(group)}", *group[0][2:]]] if same and len(group) > 1 else group
+    return out
 
 
 def slowest_html(results: list[Result], n: int) -> str:
@@ -305,7 +336,8 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
         na = [r for r in results if r.verdict is Verdict.NA]
         if na:
             parts.append("<h2>Not applicable</h2><ul>" + "".join(
-                f"<li><code>{esc(r.case_id)}</code>: {esc(r.reason)}</li>" for r in na) + "</ul>")
+                f'<li id="{anchor(r)}"><code>{esc(r.case_id)}</code>: {esc(r.reason)}</li>'
+                for r in na) + "</ul>")
         passed = [r for r in results if r.verdict is Verdict.PASS and r.figures]
         if passed:
             parts.append("<h2>Passed cases: error figures</h2>")

@@ -58,6 +58,8 @@ def _tail(text: str, limit: int = MAX_TRACE_LINES) -> str:
 
 def case_markdown(r: Result) -> list[str]:
     lines = [f"### {r.verdict.value} `{r.case_id}`", "", r.summary_line() or "", ""]
+    if r.rule:
+        lines += [f"**Rule:** {r.rule}", ""]
     lines += [f"Note: {note}" for note in r.notes] + ([""] if r.notes else [])
     if r.expectation:
         lines += [f"Expected to fail: {r.expectation}", ""]
