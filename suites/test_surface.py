@@ -338,8 +338,9 @@ RULES = {
         "noop_hook issues no collective and leaves each rank's local gradient as DDP's "
         'result.',
     'surface/bf16-compress-hook':
-        'bf16_compress_hook casts the bucket to bfloat16, divides by the group size, '
-        'allreduces and casts back: the average within bfloat16 rounding.',
+        "bf16_compress_hook reduces each bucket in bfloat16 (float32's range, an 8-bit "
+        'mantissa) and writes the result back: every gradient is the average within '
+        'bfloat16 rounding, never out of range.',
     'surface/optimizer-in-backward':
         "With _apply_optimizer_in_backward DDP runs each parameter's optimizer after that "
         "gradient's reduction: parameters are stepped with the averaged gradient.",
