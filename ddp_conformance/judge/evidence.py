@@ -131,7 +131,9 @@ class Evidence:
         if set(actual) != set(expected):
             self.fail(check, f"step {step}, rank {rank}: names {sorted(set(actual) ^ set(expected))}"
                              f" present on one side only (against {against})", step, rank)
-        for name in expected.keys() & actual.keys():
+        # In the expected tensors' order, not a set's (string hashes differ per process):
+        # the same run lists the same failures first.
+        for name in (n for n in expected if n in actual):
             rtol = policy.rtol(expected[name].dtype, step)
             self.compare(check, step, rank, name, actual[name], expected[name], rtol, against)
 
