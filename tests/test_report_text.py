@@ -274,3 +274,15 @@ def test_the_report_of_a_large_failing_run_stays_under_2_mb() -> None:
     html = render_html(RUN_INFO, results, [])
     assert len(html.encode()) <= REPORT_LIMIT_BYTES, len(html.encode())
     assert html.count("<svg") == 123 and html.count('<p class="rule">') == 123
+
+
+def test_list_shows_each_scenario_with_its_rule() -> None:
+    """``list`` prints the rule under the description, within the command's width (its
+    layout is the command line's: the words are checked, not the columns)."""
+    from ddp_conformance.catalog.listing import WIDTH, catalog_table
+
+    text = catalog_table(load_catalog())
+    assert max(map(len, text.splitlines())) <= WIDTH
+    words = " ".join(text.split())
+    for s in load_catalog():
+        assert " ".join(f"rule: {s.rule}".split()[:6]) in words, s.id

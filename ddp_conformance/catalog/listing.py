@@ -44,5 +44,9 @@ def catalog_table(scenarios: Sequence[Scenario]) -> str:
         about = f"{scenario.description} (model {scenario.model})".lstrip()
         lines += textwrap.wrap(about, WIDTH, initial_indent=_INDENT, subsequent_indent=_INDENT,
                                break_long_words=False, break_on_hyphens=False)
+        if scenario.rule:  # the DDP rule it checks (catalog.rules)
+            lines += textwrap.wrap(f"rule: {scenario.rule}", WIDTH, initial_indent=_INDENT,
+                                   subsequent_indent=_INDENT + " " * len("rule: "),
+                                   break_long_words=False, break_on_hyphens=False)
     lines.insert(1, "-" * max(map(len, lines)))
     return "\n".join(lines)

@@ -37,3 +37,4 @@ def with_rules(scenarios: list[Scenario], rules: dict[str, str]) -> list[Scenari
             raise ValueError(f"scenario {scenario.id!r} has no rule: add it to its suite's RULES")
         out.append(dataclasses.replace(scenario, rule=rule))
     return out
+

@@ -186,21 +186,31 @@ def first_difference(group: str, flights: dict[int, RankFlight]) -> int:
 
 def first_out_of_step(group: str, flights: dict[int, RankFlight]) -> int:
     """The first sequence number of ``group`` where its members issued collectives from
-    different steps or microbatches, or different collectives, or not all issued one: where
-    the ranks went out of step (0: nowhere yet). Matching collectives issued a step apart
-    pair up in Gloo all the same, so this can come before :func:`first_difference`."""
+    different training steps (or microbatches), or different collectives, or not all issued
+    one: where the ranks went out of step (0: nowhere yet). Matching collectives issued a
+    step apart pair up in Gloo all the same, so this can come before
+    :func:`first_difference`. What carries no step of the training loop is never "out of
+    step": the constructor's collectives (no step), and Join's shadowing (a joined rank
+    shadows the others' steps with counters of its own)."""
     members = _members(group, flights)
     last = max((flights[m].last_seq(group) for m in members), default=0)
     for seq in range(1, last + 1):
         launches = [flights[m].at(group, seq) for m in members]
-        if any(c is None for c in launches) or len({_step_of(c) for c in launches}) > 1:
+        if any(c is None for c in launches):
+            return seq
+        places = {p for c in launches if c is not None and (p := _place(c)) is not None}
+        steps = {step for step, _ in places}
+        if len(steps) > 1 or (len(places) > 1 and all(mb is not None for _, mb in places)):
             return seq
     return first_difference(group, flights)
 
 
-def _step_of(launch: Launch | None) -> tuple[int, int]:
-    assert launch is not None
-    return launch.step, launch.microbatch
+def _place(launch: Launch) -> tuple[int, int | None] | None:
+    """Where in the training loop ``launch`` was issued: (step, microbatch or None); None
+    for a collective outside it (the constructor's, Join's shadowing)."""
+    if launch.step < 0 or launch.stage == "join":
+        return None
+    return launch.step, launch.microbatch if launch.microbatch >= 0 else None
 
 
 def out_of_step_clause(group: str, seq: int, flights: dict[int, RankFlight]) -> str:
