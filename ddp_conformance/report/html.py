@@ -61,7 +61,8 @@ th{background:#f1f3f5} td.num{text-align:right;font-variant-numeric:tabular-nums
 .v{color:#fff;font-weight:600;text-align:center;white-space:nowrap} .v a{color:#fff;text-decoration:none}
 .badge{display:inline-block;color:#fff;border-radius:3px;padding:1px 8px;margin-right:6px;font-weight:600}
 pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
-.case{border-left:5px solid #ccc;padding-left:12px;margin:18px 0} .muted{color:#666}
+.case{border-left:5px solid #ccc;padding-left:12px;margin:18px 0;content-visibility:auto;
+ contain-intrinsic-size:auto 700px} .muted{color:#666}
 img{max-width:100%;border:1px solid #eee} details summary{cursor:pointer;color:#0b5394}
 .info td:first-child{font-weight:600;background:#fafafa}
 .note{background:#fffbe6;border:1px solid #f0e0a0;padding:8px 12px}
