@@ -19,7 +19,7 @@ time condition (nothing moved for a grace period, see ``DESYNC_QUIET_S`` in
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ddp_conformance.ranks.flight import POINT_TO_POINT, Launch, RankFlight
@@ -171,17 +171,7 @@ def mismatch(flights: dict[int, RankFlight]) -> Desync | None:
 def first_difference(group: str, flights: dict[int, RankFlight]) -> int:
     """The first sequence number where the group's members issued different collectives
     (or some issued one and some not); 0 where their streams agree so far."""
-    members = _members(group, flights)
-    last = max((flights[m].last_seq(group) for m in members), default=0)
-    for seq in range(1, last + 1):
-        launches = [flights[m].at(group, seq) for m in members]
-        if any(c is None for c in launches):
-            return seq
-        first = launches[0]
-        assert first is not None
-        if not all(c is not None and c.matches(first) for c in launches[1:]):
-            return seq
-    return 0
+    return _first_seq(group, flights, _mismatched)
 
 
 def first_out_of_step(group: str, flights: dict[int, RankFlight]) -> int:
@@ -192,17 +182,33 @@ def first_out_of_step(group: str, flights: dict[int, RankFlight]) -> int:
     :func:`first_difference`. What carries no step of the training loop is never "out of
     step": the constructor's collectives (no step), and Join's shadowing (a joined rank
     shadows the others' steps with counters of its own)."""
+    return _first_seq(group, flights, lambda launches: _mismatched(launches) or _apart(launches))
+
+
+def _first_seq(group: str, flights: dict[int, RankFlight],
+               differ: Callable[[list[Launch]], bool]) -> int:
+    """The first sequence number of ``group`` where some member has issued nothing, or
+    where ``differ`` holds of the members' collectives; 0 for none."""
     members = _members(group, flights)
     last = max((flights[m].last_seq(group) for m in members), default=0)
     for seq in range(1, last + 1):
         launches = [flights[m].at(group, seq) for m in members]
-        if any(c is None for c in launches):
+        issued = [c for c in launches if c is not None]
+        if len(issued) < len(launches) or differ(issued):
             return seq
-        places = {p for c in launches if c is not None and (p := _place(c)) is not None}
-        steps = {step for step, _ in places}
-        if len(steps) > 1 or (len(places) > 1 and all(mb is not None for _, mb in places)):
-            return seq
-    return first_difference(group, flights)
+    return 0
+
+
+def _mismatched(launches: list[Launch]) -> bool:
+    """Collectives that cannot pair up (:meth:`Launch.matches`)."""
+    return not all(c.matches(launches[0]) for c in launches[1:])
+
+
+def _apart(launches: list[Launch]) -> bool:
+    """Collectives issued from different places of the training loop (:func:`_place`)."""
+    places = {p for c in launches if (p := _place(c)) is not None}
+    steps = {step for step, _ in places}
+    return len(steps) > 1 or (len(places) > 1 and all(mb is not None for _, mb in places))
 
 
 def _place(launch: Launch) -> tuple[int, int | None] | None:
