@@ -236,6 +236,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                       f"{time.monotonic() - started:.1f}s\n")
         run_cases(session, cases, args.ddp_repeat, out,
                   maxfail=1 if args.ddp_exitfirst else args.ddp_maxfail)
+        if session.writer is not None:  # the reports are written as the block ends
+            out.write(f"writing reports to {os.path.abspath(args.ddp_report_dir)} ...\n")
+            out.flush()
     ending = guard.ending()
     if ending is not None:  # a signal ended the run, or came while its reports were written
         print(ending[0], file=sys.stderr)
@@ -327,7 +330,7 @@ def progress_line(i: int, total: int, result: Result) -> str:
     line = f"[{i:>{width}}/{total}] {result.verdict.value:<7} {result.case_id} " \
            f"({result.duration_s:.2f}s)"
     if result.verdict is not Verdict.PASS:
-        line += f"\n    {result.summary_line()}"
+        line += "".join(f"\n    {text}" for text in result.explanation_lines())
     return line
 
 
