@@ -62,12 +62,13 @@ def starts_a_sleeper_then_hangs(rank: int, world_size: int, token: str) -> None:
     time.sleep(300)
 
 
-def _marked(token: str) -> list[int]:
+def _marked(token: str, variable: str = "ORPHAN_TEST") -> list[int]:
+    """Live processes whose environment carries ``variable=token``."""
     found = []
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if f"ORPHAN_TEST={token}".encode() in f.read() and _alive(int(entry)):
+                if f"{variable}={token}".encode() in f.read() and _alive(int(entry)):
                     found.append(int(entry))
         except (OSError, ValueError):
             continue

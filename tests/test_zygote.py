@@ -19,6 +19,8 @@ import torch.distributed as dist
 from ddp_conformance.ranks import zygote as zygote_module
 from ddp_conformance.ranks.messages import Job
 from ddp_conformance.ranks.pool import RankPool
+from tests.test_orphans import _marked
+from tests.test_pool import _alive
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,26 +89,10 @@ def test_an_unfit_zygote_falls_back_to_started_processes_and_says_so_once(
         assert "the zygote failed" in pool.notes[0] and "threads" in pool.notes[0]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _tagged(token: str) -> list[int]:
     """Live processes whose environment carries ``ZYGOTE_TEST=token`` (the run's own: the
     zygote and its ranks inherit it, whatever else runs on the machine)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if f"ZYGOTE_TEST={token}".encode() in f.read() and _alive(int(entry)):
-                    found.append(int(entry))
-        except (OSError, ValueError):
-            continue
-    return found
+    return _marked(token, "ZYGOTE_TEST")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
