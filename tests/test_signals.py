@@ -32,6 +32,7 @@ from ddp_conformance.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "ddp_conformance.ranks.worker"
+ZYGOTE = "ddp_conformance.ranks.zygote_server"
 #: The acceptance criterion: the signal comes at least this long into the run.
 SIGNAL_AFTER_S = 5.0
 #: Cases that must have finished before the signal (so "the finished cases" is not empty).
@@ -120,7 +121,8 @@ def test_the_guard_takes_the_interruption_that_ends_its_block_and_closes(
 
 
 def rank_pids(parent: int) -> list[int]:
-    """The rank processes the run with pid ``parent`` started (alive or zombie)."""
+    """The rank processes the run with pid ``parent`` started (alive or zombie), and its
+    zygote."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -130,7 +132,8 @@ def rank_pids(parent: int) -> list[int]:
                 args = f.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if WORKER in args and "--parent-pid" in args:
+        # A rank forked from the zygote has the zygote's command line: both are the run's.
+        if (WORKER in args or ZYGOTE in args) and "--parent-pid" in args:
             i = args.index("--parent-pid")
             if i + 1 < len(args) and args[i + 1] == str(parent):
                 pids.append(int(entry))
