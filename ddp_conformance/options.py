@@ -50,6 +50,14 @@ def not_negative(name: str) -> Callable[[Any], None]:
     return check
 
 
+def a_path(name: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value is not None and not str(value).strip():
+            raise UsageError(f"--{name} must name a directory, got {value!r}")
+
+    return check
+
+
 def at_least_one(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value is not None and value < 1:
@@ -148,7 +156,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("keyword", "only cases whose id matches, as pytest -k reads it", metavar="EXPR",
            routes=frozenset({CLI}), cli_flags=("-k",)),
     Option("report-dir", "where results.jsonl, summary.md, junit.xml and report.html go "
-           "(default reports/)", default="reports", metavar="DIR", routes=frozenset({CLI})),
+           "(default reports/)", default="reports", metavar="DIR", routes=frozenset({CLI}),
+           check=a_path("report-dir")),
     Option("repeat", "run everything N times; report flaky cases and rank memory growth",
            default=1, type=int, metavar="N", routes=frozenset({CLI}), check=at_least_one("repeat")),
     Option("maxfail", "stop after N unexpected verdicts (FAIL, ERROR, TIMEOUT, CRASH), the "

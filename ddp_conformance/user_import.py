@@ -1,7 +1,8 @@
 """Importing a user's module named on the command line (``--candidate``, ``--backend``).
 
 The current directory is importable, as with ``python -m``; a module that cannot be
-found, or raises while importing, is a usage error (exit 2, one line), never a traceback.
+found, raises while importing, or calls ``sys.exit()`` as it is imported (a script), is a
+usage error (exit 2, one line), never a traceback or a silent exit.
 """
 from __future__ import annotations
 
@@ -42,3 +43,7 @@ def import_user_module(module_name: str, what: str) -> ModuleType:
     except Exception as exc:  # noqa: BLE001 - the user's own import-time error
         raise UsageError(f"{what}: importing {module_name!r} raised "
                          f"{type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:  # a script's sys.exit() run on import: not ours to exit with
+        raise UsageError(f"{what}: importing {module_name!r} called sys.exit({exc.code!r}) "
+                         f"(is it a script? guard its main code with "
+                         f"if __name__ == '__main__')") from None

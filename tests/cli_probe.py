@@ -21,6 +21,7 @@ USAGE_ERRORS: list[list[str]] = [
     ["fuzz", "--candidate", "torch", "--timeout", "0"],
     ["repro", "gradients/mlp-sgd", "--candidate", "a:A", "--candidate", "b:B"],
     ["bench", "--world-size", "0"], ["report", "old", "--report-dir", "new"],
+    ["report", "--report-dir", ""],
 ]
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ddp_conformance.judge.cause_order import CAUSE_ORDER, cause_rank
-from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.checks import declared_ids
+from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.verdict import Result, Verdict
 
 

@@ -153,42 +153,37 @@ class TestProgressLine(expecttest.TestCase):
     oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644""")
 
 
-def run_cli(*args: str) -> tuple[int, str]:
-    """``python -m ddp_conformance run ARGS`` from the repository root: (exit code, stderr).
-
-    Its own process group, so that if a regression lets it start ranks, the kill after 10 s
-    takes them too; its report directory is a temporary one.
-    """
-    with tempfile.TemporaryDirectory() as reports:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ddp_conformance", "run", *args, "--report-dir", reports],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
-        try:
-            _, stderr = proc.communicate(timeout=deadline(10))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise AssertionError(f"ddp-conformance run {' '.join(args)} took over "
-                                 f"{deadline(10):.0f} s") from None
-    return proc.returncode, stderr
-
-
-def command_error(cwd: Path, *args: str) -> str:
-    """``python -m ddp_conformance ARGS`` run in ``cwd`` (the repository importable): its one
-    stderr line, which must come with exit code 2 before any rank starts."""
+def run_command(args: list[str], cwd: Path, base_s: float) -> tuple[int, str]:
+    """``python -m ddp_conformance ARGS`` in ``cwd``, the repository importable: (exit code,
+    stderr). Its own process group, so that if a regression lets it start ranks, the kill
+    after ``deadline(base_s)`` takes them too."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.Popen([sys.executable, "-m", "ddp_conformance", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        _, stderr = proc.communicate(timeout=deadline(20))
+        _, stderr = proc.communicate(timeout=deadline(base_s))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise AssertionError(f"ddp-conformance {' '.join(args)} took over 20 s") from None
-    assert proc.returncode == 2 and len(stderr.splitlines()) == 1, (proc.returncode, stderr)
+        raise AssertionError(f"ddp-conformance {' '.join(args)} took over "
+                             f"{deadline(base_s):.0f} s") from None
+    return proc.returncode, stderr
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    """``ddp-conformance run ARGS`` from the repository root, its report directory a
+    temporary one: (exit code, stderr)."""
+    with tempfile.TemporaryDirectory() as reports:
+        return run_command(["run", *args, "--report-dir", reports], REPO, 10)
+
+
+def command_error(cwd: Path, *args: str) -> str:
+    """``ddp-conformance ARGS`` run in ``cwd``: its one stderr line, which must come with
+    exit code 2 before any rank starts."""
+    code, stderr = run_command(list(args), cwd, 20)
+    assert code == 2 and len(stderr.splitlines()) == 1, (code, stderr)
     return stderr.strip()
 
 
@@ -255,6 +250,7 @@ class TestInputErrors(expecttest.TestCase):
         (self.dir / "latin1.txt").write_bytes(b"gradients/*  # caf\xe9\n")
         (self.dir / "run").mkdir()
         (self.dir / "run" / "results.jsonl").write_bytes(b'{"type": "run"}\n\xff\n')
+        (self.dir / "myscript.py").write_text("import sys\nsys.exit(3)\n")
         (self.dir / "mydp.py").write_text(
             "class NoGroup:\n    def __init__(self, module, device_ids=None):\n"
             "        self.module = module\n")
@@ -276,6 +272,12 @@ class TestInputErrors(expecttest.TestCase):
 
     def test_candidate_without_process_group(self) -> None:
         self.assertExpectedInline(self.error("run", "--candidate", "mydp:NoGroup"), """ddp-conformance: error: candidate 'mydp:NoGroup' cannot be called as torch's DDP is, NoGroup(module, process_group=group, **ddp_options): got an unexpected keyword argument 'process_group' (its signature: (module, device_ids=None)); accept process_group=, or give a Candidate""")
+
+    def test_candidate_module_exits_on_import(self) -> None:
+        self.assertExpectedInline(self.error("run", "--candidate", "myscript:DDP"), """ddp-conformance: error: candidate 'myscript:DDP': importing 'myscript' called sys.exit(3) (is it a script? guard its main code with if __name__ == '__main__')""")
+
+    def test_report_dir_empty(self) -> None:
+        self.assertExpectedInline(self.error("bench", "--report-dir", ""), """ddp-conformance: error: --report-dir must name a directory, got ''""")
 
     def test_fuzz_two_candidates(self) -> None:
         self.assertExpectedInline(self.error("fuzz", "--candidate", "mydp:MyDDP", "--candidate", "torch", "--budget", "10"), """ddp-conformance: error: fuzz takes one --candidate, got 2 (mydp:MyDDP, torch); run fuzz once per candidate""")

@@ -20,8 +20,8 @@ from ddp_conformance.deadline import CLOSE_DEADLINE_S
 from ddp_conformance.errors import ReportDirError, UsageError
 from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 from ddp_conformance.report import render
-from ddp_conformance.report.files import ReportFiles, check_writable
 from ddp_conformance.report.errorplot import MAX_LINES
+from ddp_conformance.report.files import ReportFiles, check_writable
 from ddp_conformance.report.html import MAX_FIGURE_ROWS, MAX_MESSAGES, case_html
 from ddp_conformance.report.stream import ResultsWriter
 from tests.test_signals import Run, assert_no_rank_left, rank_pids

@@ -6,7 +6,7 @@ import os
 from typing import Any, TextIO
 
 from ddp_conformance.errors import EXIT_FAILED, EXIT_OK, UsageError
-from ddp_conformance.options import add_to_argparse, default_of
+from ddp_conformance.options import add_to_argparse, check_options, default_of
 
 
 def add_parser(sub: Any) -> None:
@@ -25,6 +25,7 @@ def add_parser(sub: Any) -> None:
 def report_command(args: argparse.Namespace, out: TextIO) -> int:
     """Compare two runs (exit 1 on a regression), or re-render RESULTS_DIR's report set
     (RESULTS_DIR, else ``--report-dir``, whose default is ``reports/``)."""
+    check_options(lambda dest: getattr(args, dest), "report")
     from ddp_conformance.report import write_report_set
     from ddp_conformance.report.compare import compare_dirs, format_comparison
 
