@@ -5,7 +5,7 @@ cross-references name objects that exist."""
 from __future__ import annotations
 
 import ast
-import importlib
+import pkgutil
 import re
 from pathlib import Path
 
@@ -102,21 +102,19 @@ def test_adapters_of_ddp_like_candidates_implement_every_capability() -> None:
 
 
 def _resolves(target: str) -> bool:
-    """Whether ``target`` (``package.module.Name.attr``) is a module or an attribute of
+    """Whether ``target`` (``package.module.Name.attr``) names a module or an attribute of
     one, declared at least (a dataclass field or an annotated attribute counts)."""
-    parts = target.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj: object = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            annotations = getattr(obj, "__annotations__", {})
-            if not hasattr(obj, attr) and attr not in annotations:
-                return False
-            obj = getattr(obj, attr, None)
+    try:
+        pkgutil.resolve_name(target)
         return True
-    return False
+    except (ImportError, AttributeError, ValueError):
+        pass
+    owner_name, _, name = target.rpartition(".")
+    try:
+        owner = pkgutil.resolve_name(owner_name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return name in getattr(owner, "__annotations__", {})
 
 
 def test_cross_references_in_docstrings_name_what_exists() -> None:
