@@ -26,7 +26,7 @@ __all__ = [
     "Accumulate", "Adapter", "Candidate", "Capability", "CommHook", "DDP_OPTIONS",
     "DDPLikeAdapter", "Init", "JoinSpec", "Optimizer", "Result", "RunConfig", "Runner",
     "Scenario", "Session", "SyncStrategy", "UsageError", "Verdict", "WrappedModuleAdapter",
-    "ddp_like_candidate", "load_catalog", "resolve_candidate",
+    "ddp_like_candidate", "load_catalog", "resolve_candidate", "runner_for",
 ]
 
 _HOMES = {
@@ -40,12 +40,14 @@ _HOMES = {
     "Init": "catalog.scenario", "SyncStrategy": "catalog.scenario",
     "CommHook": "catalog.scenario",
     "load_catalog": "catalog.loader",
-    "RunConfig": "config", "Runner": "runner", "Session": "session",
+    "RunConfig": "config", "Runner": "runner", "runner_for": "backend_comparison",
+    "Session": "session",
     "Result": "judge.verdict", "Verdict": "judge.verdict",
     "UsageError": "errors",
 }
 
 if TYPE_CHECKING:
+    from ddp_conformance.backend_comparison import runner_for
     from ddp_conformance.catalog.loader import load_catalog
     from ddp_conformance.catalog.scenario import (
         Accumulate,
