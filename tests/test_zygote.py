@@ -80,7 +80,8 @@ def test_what_a_killed_forked_rank_forked_is_ended_by_the_zygote(tmp_path: Path)
 def test_an_unfit_zygote_falls_back_to_started_processes_and_says_so_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A zygote with a thread (numpy's OpenBLAS pool, let run here) is not forked from."""
-    monkeypatch.setattr(zygote_module, "ZYGOTE_ENV", {"OPENBLAS_NUM_THREADS": "2"})
+    monkeypatch.setattr(zygote_module, "ZYGOTE_ENV",
+                        {**zygote_module.ZYGOTE_ENV, "OPENBLAS_NUM_THREADS": "2"})
     with RankPool(2, spare=False) as pool:
         assert pool.call("tests.test_pool:allreduce_rank", 0.0) == [1.0, 1.0]
         pool.start()

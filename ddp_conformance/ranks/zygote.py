@@ -32,9 +32,10 @@ from ddp_conformance.ranks.zygote_server import PACKET
 START_TIMEOUT_S = 300.0
 #: How long a request (a fork, the orphans) may take to be answered.
 REQUEST_TIMEOUT_S = 30.0
-#: Set in the zygote only (numpy's OpenBLAS starts a thread pool at import otherwise);
-#: each rank gets the pool's environment back.
-ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+#: Set in the zygote only (numpy's OpenBLAS starts a thread pool at import otherwise; a CUDA
+#: availability check asks NVML, not the CUDA runtime); each rank gets the pool's
+#: environment back.
+ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
 def available() -> bool:
@@ -93,11 +94,11 @@ class Zygote:
     def await_warm(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Wait until the zygote is warm: :class:`PoolError` if it fails, takes longer than
         ``timeout_s``, or is unfit to fork from (a thread running in it); it is then ended."""
-        _, _, self.rank_mib, threads = self._await_reply("hello", timeout_s)
-        if threads != 1:
+        _, _, self.rank_mib, threads, cuda = self._await_reply("hello", timeout_s)
+        if threads != 1 or cuda:
             self.close()
-            raise PoolError(f"the zygote runs {threads} threads after its imports: "
-                            "forking from it is not safe")
+            raise PoolError(f"the zygote runs {threads} threads" + (" and CUDA" if cuda else "")
+                            + " after its imports: forking from it is not safe")
 
     def alive(self) -> bool:
         return self.proc.poll() is None

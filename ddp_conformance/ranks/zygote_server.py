@@ -7,8 +7,11 @@ modules a rank runs, and so holds what every rank would otherwise spend seconds 
 starts **no thread** and no backend: no Gloo group, no CUDA context, no OpenMP pool (torch
 creates that at its first parallel kernel; the thread count is each rank's, set after the
 fork), no BLAS pool (``OPENBLAS_NUM_THREADS=1`` here only: numpy's OpenBLAS otherwise starts
-one at import). Its hello says how many threads it has; with more than one the pool does not
-fork from it (a fork copies one thread; a lock another held stays locked in the child).
+one at import), and asks CUDA nothing (``PYTORCH_NVML_BASED_CUDA_CHECK=1`` here: a device
+count through NVML, not the CUDA runtime, which a forked child could not initialise again).
+Its hello says how many threads it has and whether CUDA is initialised; with more than one
+thread, or CUDA, the pool does not fork from it (a fork copies one thread; a lock another
+held stays locked in the child; CUDA cannot be used in a child forked after it started).
 
 Protocol, over a ``SOCK_SEQPACKET`` Unix socket to the pool (one pickled tuple a packet):
 
@@ -226,11 +229,13 @@ def main(argv: list[str] | None = None) -> None:
     become_subreaper()
     sock = socket.socket(fileno=args.fd)
     preload([s for s in args.preload.split(",") if s])
+    import torch
+
     from ddp_conformance.ranks.memory import resident_mib
 
-    count = threads()
-    send(sock, ("hello", os.getpid(), resident_mib(), count))
-    if count == 1:
+    count, cuda = threads(), torch.cuda.is_initialized()
+    send(sock, ("hello", os.getpid(), resident_mib(), count, cuda))
+    if count == 1 and not cuda:
         serve(sock)
     os._exit(0)
 
