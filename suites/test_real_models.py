@@ -12,8 +12,12 @@ UNFINISHED = r"RuntimeError: Expected to have finished reduction in the prior it
 SCENARIOS = [
     # GPT-style: tied embedding/head (one parameter, two uses), LayerNorm, attention, and
     # dropout whose masks the oracle reproduces per rank.
-    Scenario("real/gpt", "gpt", optimizer="adam",
-             description="GPT-style blocks with tied embedding and dropout, Adam"),
+    # SGD with momentum, not Adam: Adam's first step moves a parameter by about
+    # lr * g / (|g| + 1e-8), so a gradient element that cancels across ranks to ~1e-8 turns
+    # the reduction order's rounding into a parameter difference no float32 tolerance
+    # bounds (judge/tolerance.py, "Adam"): at 8 ranks, torch's DDP failed oracle.param here.
+    Scenario("real/gpt", "gpt", optimizer="sgd_momentum",
+             description="GPT-style blocks with tied embedding and dropout, SGD with momentum"),
     Scenario("real/gpt-tiny-cap-bucket-view", "gpt", optimizer="sgd_momentum",
              ddp_options={"bucket_cap_mb": TINY, "gradient_as_bucket_view": True},
              description="GPT-style, one bucket per parameter, gradients as bucket views"),

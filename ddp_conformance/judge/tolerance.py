@@ -36,6 +36,19 @@ Why these ``rtol`` values (u is the unit roundoff of the dtype):
   argument in these dtypes: it scales a near-zero gradient's rounding noise up to a full
   step (measured 2.3x the bound on gradients and 6x to 15x on parameters), so such
   scenarios (and the fuzzer) train low-precision models with SGD or momentum.
+- Adam in float32 has the same flaw wherever a synced gradient element cancels across
+  ranks to about Adam's eps (1e-8): its first step moves the parameter by lr * g / (|g| +
+  eps), whose slope at g = 0 is lr / eps, so the reduction's rounding ((W - 1) u times the
+  terms' magnitude S, about 5e-12 for S = 1e-5 at W = 8) becomes up to lr * 5e-4 of the
+  parameter, and at worst (|g| below the rounding) a sign: 2 lr. No norm-wise rtol of the
+  parameter bounds that, and it grows with W only as the chance that some element cancels
+  that far. Shown without the harness on ``real/gpt`` (GPT, Adam, lr 0.05, the catalog's
+  data): its 8 local gradients averaged in rank order and in each rotation of it (a ring's
+  orders) differ by at most 1.7e-7 relative, and the parameters after one Adam step by
+  1.57e-5 relative (``blocks.0.mlp.2.weight``: exactly what torch's DDP showed against
+  the oracle at 8 ranks); 2.0e-6 at W = 4, 1.5e-7 at W = 3 and 5, 3.0e-7 at W = 16. So
+  the catalog's GPT trains with momentum; its Adam scenarios use models whose gradients
+  do not cancel to that depth (measured: they pass at W = 1 to 16).
 - Complex gradients (``complex64``, ``complex128``) are compared as their
   ``torch.view_as_real`` pairs, the way torch's DDP reduces them (its reducer allreduces
   a complex bucket as its real view): each component is a real sum with the real dtype's

@@ -269,21 +269,35 @@ register(ModelSpec("one_large", OneLarge, normal_batch((8,), 4), mse,
 # --- embeddings --------------------------------------------------------------------------
 
 
+#: Rows of the embedding table (``Embedding``'s ``nn.Embedding(EMBEDDING_ROWS, 6)``).
+EMBEDDING_ROWS = 20
+
+
 class Embedding(nn.Module):
     def __init__(self, sparse: bool = False) -> None:
         super().__init__()
-        self.emb = nn.Embedding(20, 6, sparse=sparse)
+        self.emb = nn.Embedding(EMBEDDING_ROWS, 6, sparse=sparse)
         self.fc = nn.Linear(6, 4)
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.fc(self.emb(idx).sum(1))
 
 
+def index_offset(rank: int) -> int:
+    """The first of the 12 consecutive rows ``rank`` indexes: ``2 * rank`` for ranks 0-4
+    (the catalog's data at world sizes 1-5 as it always was), then ranks 5, 6, ... cycle
+    through the offsets of ranks 1-4 again. At every world size from 2 on, rows 0-1 are
+    rank 0's alone and rows 2-11 are shared by ranks 0 and 1 at least; below world size 5
+    the last rows are nobody's. Every index is below :data:`EMBEDDING_ROWS` at any world
+    size (at most 8 + 11 = 19)."""
+    return 0 if rank == 0 else 2 + 2 * ((rank - 1) % 4)
+
+
 def _index_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
                  step: int) -> Batch:
-    # Ranks index overlapping but different rows, so some rows get gradients from one
-    # rank only and some from none.
-    idx = torch.randint(0, 12, (size, 3), generator=gen) + 2 * rank
+    # Ranks index overlapping but different rows (``index_offset``), so some rows get
+    # gradients from one rank only and others from several.
+    idx = torch.randint(0, 12, (size, 3), generator=gen) + index_offset(rank)
     return (idx,), torch.randn((size, 4), generator=gen)
 
 
@@ -347,8 +361,18 @@ def build_fp16_overflow() -> nn.Module:
 
 #: Per world size, a power of two ``base`` with ``W * base < 65504 < W * W * base``: each
 #: rank's gradient ``W * base`` fits in float16 and so does their mean, but their sum does
-#: not. DDP divides before it sums; a DDP that divides after overflows to inf.
+#: not. DDP divides before it sums; a DDP that divides after overflows to inf. Beyond
+#: world size 4: :func:`fp16_base`.
 FP16_BASE = {1: 2.0**14, 2: 2.0**14, 3: 2.0**13, 4: 2.0**12}
+
+
+def fp16_base(world_size: int) -> float:
+    """:data:`FP16_BASE` at world sizes 1-4, else ``2 ** (15 - ceil(log2 W))``: then
+    ``W * base <= 2**15 < 65504`` and ``W * W * base >= W * 2**14 > 65504`` (W >= 5), and
+    every partial sum of the ranks' means ``k * base`` (k <= W <= 2**11) is exact."""
+    if world_size in FP16_BASE:
+        return FP16_BASE[world_size]
+    return 2.0 ** (15 - (world_size - 1).bit_length())
 
 
 def _fp16_overflow_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
@@ -356,7 +380,7 @@ def _fp16_overflow_batch(gen: torch.Generator, size: int, rank: int, world_size:
     x = torch.ones((size, 4), dtype=torch.float16)
     # Signs vary per output but not per rank, so the ranks' gradients never cancel.
     signs = torch.tensor([1.0, -1.0], dtype=torch.float16)
-    t = signs * FP16_BASE.get(world_size, 2.0**12) * world_size / size
+    t = signs * fp16_base(world_size) * world_size / size
     return (x,), t.expand(size, 2).clone()
 
 
