@@ -214,7 +214,9 @@ class DistributedDataParallel(nn.Module, Joinable):
         if init_sync:
             collectives.verify_param_shapes(self.process_group, params, names)
             self._sync_module_states(src=0, with_buffers=init_sync_buffers)
-        self._make_reducer(params, expect_sparse, names, static_graph=False)
+        # torch's _ddp_init_helper gets the constructor's static_graph: with it, the initial
+        # layout is one bucket per dtype even under find_unused_parameters.
+        self._make_reducer(params, expect_sparse, names, static_graph)
         if mixed_precision is not None:
             self._setup_mixed_precision()
         if static_graph:

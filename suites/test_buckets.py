@@ -22,6 +22,13 @@ SCENARIOS = [
     Scenario("buckets/mixed-dtypes-tiny-cap", "mixed_dtypes",
              ddp_options={"bucket_cap_mb": 0.0002},
              description="mixed dtypes with a 200-byte cap"),
+    # torch's _ddp_init_helper takes the constructor's static_graph: its first iteration
+    # reduces one bucket per dtype even with find_unused_parameters, then the rebuilt layout.
+    Scenario("buckets/static-graph-find-unused-tiny-cap", "mlp", steps=3,
+             ddp_options={"static_graph": True, "find_unused_parameters": True,
+                          "bucket_cap_mb": 0.001},
+             description="static_graph with find_unused_parameters and a 1 KB cap: one "
+                         "bucket in the first iteration, the rebuilt layout after"),
 ]
 
 #: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
@@ -45,5 +52,9 @@ RULES = {
     'buckets/mixed-dtypes-tiny-cap':
         "Buckets are split by dtype and by the cap at once: each dtype's gradients fill "
         'their own buckets of at most bucket_cap_mb, each reduced in that dtype.',
+    'buckets/static-graph-find-unused-tiny-cap':
+        'A DDP constructed with static_graph starts with one bucket per dtype, even with '
+        'find_unused_parameters, and reduces the first iteration in it; from the second '
+        'iteration on it uses buckets of bucket_cap_mb in gradient-ready order.',
 }
 SCENARIOS = with_rules(SCENARIOS, RULES)

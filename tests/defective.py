@@ -155,3 +155,16 @@ class AcceptsSecondCommHook(DistributedDataParallel):
             return
         self._hooked = True
         super().register_comm_hook(state, hook)
+
+
+class SetsStaticGraphLate(DistributedDataParallel):
+    """Accepts ``static_graph`` but builds its reducer without it and sets it afterwards
+    (``_set_static_graph()``): the values are right, but with ``find_unused_parameters``
+    the first iteration is reduced in ``bucket_cap_mb`` buckets instead of torch's one
+    bucket per dtype (the reference DDP's defect before it passed ``static_graph`` on)."""
+
+    def __init__(self, module: torch.nn.Module, *args: Any, static_graph: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(module, *args, **kwargs)
+        if static_graph:
+            self._set_static_graph()

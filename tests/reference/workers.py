@@ -78,6 +78,10 @@ SCENARIOS: dict[str, Spec] = {
     "mlp_grad_view": Spec("mlp", {"gradient_as_bucket_view": True}, set_to_none=False),
     "mlp_grad_view_none": Spec("mlp", {"gradient_as_bucket_view": True, "bucket_cap_mb": 0.002}),
     "mlp_static": Spec("mlp", {"static_graph": True, "bucket_cap_mb": 0.002}, steps=5),
+    # static_graph given to the constructor: one bucket in the first iteration, even with
+    # find_unused_parameters (torch's _ddp_init_helper receives static_graph).
+    "mlp_static_find_unused": Spec("mlp", {"static_graph": True, "find_unused_parameters": True,
+                                           "bucket_cap_mb": 0.002}, steps=4),
     "mlp_no_sync": Spec("mlp", {"bucket_cap_mb": 0.002}, steps=6, no_sync_steps=(0, 2, 3)),
     "mlp_no_grad_forward": Spec("mlp", steps=4, no_grad_steps=(1,)),
     "wide": Spec("wide", steps=3),
