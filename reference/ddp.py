@@ -214,8 +214,6 @@ class DistributedDataParallel(nn.Module, Joinable):
         if init_sync:
             collectives.verify_param_shapes(self.process_group, params, names)
             self._sync_module_states(src=0, with_buffers=init_sync_buffers)
-        # torch's _ddp_init_helper gets the constructor's static_graph: with it, the initial
-        # layout is one bucket per dtype even under find_unused_parameters.
         self._make_reducer(params, expect_sparse, names, static_graph)
         if mixed_precision is not None:
             self._setup_mixed_precision()
@@ -348,7 +346,10 @@ class DistributedDataParallel(nn.Module, Joinable):
     def _make_reducer(self, params: list[nn.Parameter], expect_sparse: list[bool],
                       names: list[str], static_graph: bool) -> None:
         """A new reducer over ``params`` in torch's initial bucket layout (the constructor
-        and ``__setstate__``, as torch's ``_ddp_init_helper``)."""
+        and ``__setstate__``, as torch's ``_ddp_init_helper``). ``static_graph`` is the
+        constructor's (or the pickled DDP's): torch's layout depends on it before the
+        reducer is told, so a static graph starts with one bucket per dtype even under
+        ``find_unused_parameters``; ``set_static_graph`` follows."""
         layout = initial_bucket_layout(params, self.bucket_capacity, expect_sparse,
                                        static_graph, self.find_unused_parameters)
         if self.mixed_precision is not None:
