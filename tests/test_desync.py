@@ -21,7 +21,13 @@ from ddp_conformance.ranks import watch as watch_module
 from ddp_conformance.ranks.desync import diagnose, first_difference, mismatch, streams
 from ddp_conformance.ranks.flight import FlightLog, RankFlight
 from ddp_conformance.ranks.stacks import in_collective, innermost_frame
-from ddp_conformance.ranks.watch import DESYNC_QUIET_S, IDLE_CPU_S, JobWatch, cpu_seconds
+from ddp_conformance.ranks.watch import (
+    DESYNC_QUIET_S,
+    FINAL_LOOKS,
+    IDLE_CPU_S,
+    JobWatch,
+    cpu_seconds,
+)
 
 _ITEM = re.compile(r"(?:(?P<group>\w+):)?(?P<kind>[a-z_]+?)(?:x(?P<numel>\d+))?"
                    r"(?:/(?P<dtype>\w+))?(?P<pending>\?)?")
@@ -136,6 +142,31 @@ def test_peer_that_raised_or_died() -> None:
     flights = job({0: "allreduce?", 1: ""})
     found = diagnose(flights, {0}, {1: "died (SIGSEGV)"})
     assert found is not None and "rank 1 never issued #1: it died (SIGSEGV)" in found.summary
+
+
+def test_only_a_wait_on_a_gone_peer_is_final() -> None:
+    """Final: every stuck collective waits on a peer that answered or died without issuing
+    it (it issues nothing more). Not final: a live peer's different collective, a live
+    peer stuck itself, a peer waiting outside the trace."""
+    found = diagnose(job({0: "allreduce allreduce?", 1: "allreduce"}), {0},
+                     {1: "finished the job"})
+    assert found is not None and found.final
+    three = job({0: "allreduce?", 1: "allreduce?", 2: ""})
+    found = diagnose(three, {0, 1}, {2: "raised"})
+    assert found is not None and found.final
+    found = diagnose(job({0: "allreduce?", 1: "broadcast?"}), {0, 1}, {})
+    assert found is not None and not found.final
+    found = diagnose(job({0: "a:allreduce?", 1: "b:allreduce?"}, {"a": (0, 1), "b": (0, 1)}),
+                     {0, 1}, {})
+    assert found is not None and not found.final
+    untraced = diagnose(job({0: "allreduce?", 1: "", 2: ""}), {0, 1}, {2: "finished the job"},
+                        {1: "all_reduce (distributed_c10d.py:3252)"})
+    assert untraced is not None and not untraced.final
+    # Rank 0 waits on the gone rank 2, rank 1 on its different collective: not all final.
+    mixed = job({0: "a:allreduce?", 1: "b:allreduce?", 2: "b:broadcast"},
+                {"a": (0, 2), "b": (1, 2)})
+    found = diagnose(mixed, {0, 1}, {2: "finished the job"})
+    assert found is not None and not found.final
 
 
 # -- diagnose: no diagnosis ----------------------------------------------------------------
@@ -448,6 +479,72 @@ def test_watch_never_asks_stacks_of_ranks_with_pending(tmp_path: Path,
     ranks.watch.poll({0, 1}, {}, T)
     assert ranks.watch.poll({0, 1}, {}, T + 1.2) is None
     assert all(which == [] for which in asked)
+
+
+def test_watch_ends_at_once_when_ranks_sit_in_collectives_on_a_gone_peer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 finished without issuing the allreduce rank 0 waits in, and rank 0's stack is
+    inside torch.distributed's all_reduce: the job ends at the first poll, with no quiet
+    period, and the stacks that showed it are kept as the evidence."""
+    asked: list[list[int]] = []
+
+    def stacks(which: list[int]) -> dict[int, str]:
+        asked.append(list(which))
+        return {r: DUMP_IN_ALL_REDUCE for r in which}
+
+    ranks = Ranks(tmp_path, monkeypatch, stacks)
+    ranks.write(0, "allreduce allreduce?")
+    ranks.write(1, "allreduce")
+    gone = {1: "finished the job"}
+    assert ranks.watch.poll({0, 1}, {}, T) is None  # rank 1 live: it may yet issue #2
+    assert asked == []
+    found = ranks.watch.poll({0}, gone, T + 0.1)
+    assert found is not None and found.final and asked == [[0]]
+    assert "rank 1 never issued #2: it finished the job" in found.summary
+    assert ranks.watch.taken == {0: DUMP_IN_ALL_REDUCE}
+
+
+def test_watch_keeps_the_quiet_period_for_a_rank_outside_a_collective(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same streams, but rank 0's stack is in backward (it may still compute, or waits
+    below Python): the stacks are asked a few times at most, and the desync comes only after
+    the quiet period, as it did before."""
+    asked: list[list[int]] = []
+
+    def stacks(which: list[int]) -> dict[int, str]:
+        asked.append(list(which))
+        return {r: DUMP_IN_BACKWARD for r in which}
+
+    ranks = Ranks(tmp_path, monkeypatch, stacks)
+    ranks.write(0, "allreduce?")
+    gone = {1: "finished the job"}
+    for i in range(FINAL_LOOKS + 3):
+        assert ranks.watch.poll({0}, gone, T + 0.1 * i) is None
+    assert asked == [[0]] * FINAL_LOOKS and ranks.watch.taken == {}
+    found = ranks.watch.poll({0}, gone, T + DESYNC_QUIET_S + 0.1)
+    assert found is not None and found.final and ranks.watch.taken == {}
+
+
+def test_watch_looks_again_when_a_rank_moved_while_its_stack_was_taken(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collective launched while the stacks were taken (the stack may be of the moment
+    between two collectives): no decision from that look; the next poll looks again."""
+    ranks: Ranks
+
+    def stacks(which: list[int]) -> dict[int, str]:
+        if len(asked) == 0:
+            ranks.write(0, "h:broadcast?", groups={"h": (0, 1)})
+        asked.append(list(which))
+        return {r: DUMP_IN_ALL_REDUCE for r in which}
+
+    asked: list[list[int]] = []
+    ranks = Ranks(tmp_path, monkeypatch, stacks)
+    ranks.write(0, "allreduce?")
+    gone = {1: "finished the job"}
+    assert ranks.watch.poll({0}, gone, T) is None and len(asked) == 1
+    found = ranks.watch.poll({0}, gone, T + 0.1)
+    assert found is not None and len(asked) == 2
+    assert "rank 0 waits in allreduce(10 x float32) #1" in found.summary
 
 
 def test_watch_with_a_real_idle_process(tmp_path: Path) -> None:

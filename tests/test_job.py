@@ -16,6 +16,7 @@ from ddp_conformance.ranks.job import (
     CallsFunctions,
     JobRun,
     call_job,
+    finished,
 )
 from ddp_conformance.ranks.leaks import Hygiene
 from ddp_conformance.ranks.messages import Done, Job, Raised
@@ -55,6 +56,22 @@ def test_every_rank_done_is_done() -> None:
 def test_a_rank_that_retires_leaves_after_answering() -> None:
     state, _ = _dispatched()
     assert state.answer(0, Done(0, None, hygiene=Hygiene(retired=("patched",)))) is True
+
+
+def test_a_rank_that_finished_after_a_refusal_says_what_it_raised() -> None:
+    """Where the scenario allows a refusal, a rank that raised answers Done with its record's
+    ``raised``: a peer left waiting on it is told that rank refused, not only that it
+    finished (the desync line names the rank and its error)."""
+    from ddp_conformance.ranks.records import RankRecord
+
+    state, _ = _dispatched()
+    state.answer(1, Done(1, RankRecord(1, raised="RuntimeError: rank 1 fails\nmore")))
+    assert state.gone[1] == ("finished the job after raising RuntimeError: rank 1 fails "
+                             "(a refusal the scenario allows)")
+    state.answer(0, Done(0, RankRecord(0)))
+    assert state.gone[0] == "finished the job"
+    assert finished("a call's return value") == "finished the job"
+    assert finished(RankRecord(0, raised="E: " + "x" * 200)).count("x") == 114
 
 
 def test_a_raise_starts_the_release_grace_and_marks_the_rank() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 
+from ddp_conformance.ranks import watch as watch_module
 from ddp_conformance.ranks.messages import Job
 from ddp_conformance.ranks.outcome import Outcome
 from ddp_conformance.ranks.pool import RankPool
@@ -72,6 +74,17 @@ def skips_collective_on_rank1(rank: int, world_size: int) -> None:
     """Rank 1 finishes the job without the allreduce rank 0 waits in."""
     if rank == 0:
         dist.all_reduce(torch.ones(1))
+
+
+def async_then_compute_then_raise(rank: int, world_size: int) -> None:
+    """Rank 0 launches an allreduce rank 1 never issues, then computes (outside any
+    collective) for 1.5 s and raises; rank 1 finishes at once."""
+    if rank == 0:
+        dist.all_reduce(torch.ones(1), async_op=True)
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            pass
+        raise ValueError("rank 0 gives up after computing")
 
 
 def slow_but_matching(rank: int, world_size: int, delay: float) -> float:
@@ -188,6 +201,34 @@ def test_a_rank_that_finished_while_a_peer_waits_is_a_desync() -> None:
         assert out.desync is not None
         assert "rank 1 never issued #1: it finished the job" in out.desync.summary
         assert set(out.stacks) == {0}
+
+
+def test_a_wait_on_a_finished_rank_ends_without_the_quiet_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 sits in all_reduce (its stack says so) on a rank that finished without
+    issuing it: the desync is final, and the job ends without the quiet period (made 30 s
+    here, so that only the stacks can have decided it); the stack that showed it is rank
+    0's evidence."""
+    monkeypatch.setattr(watch_module, "DESYNC_QUIET_S", 30.0)
+    with RankPool(2) as pool:
+        pool.start()
+        out = call(pool, "skips_collective_on_rank1", timeout=60.0)
+        assert out.status == "timeout" and out.desync is not None and out.desync.final
+        assert out.elapsed_s < 20.0, f"waited for the quiet period ({out.elapsed_s:.1f}s)"
+        assert "rank 1 never issued #1: it finished the job" in out.desync.summary
+        assert "skips_collective_on_rank1" in out.stacks[0] and set(out.stacks) == {0}
+        assert pool.call(f"{__name__}:allreduce_rank", 0.0) == [1.0, 1.0]
+
+
+def test_a_rank_computing_after_an_unmatched_launch_is_left_to_finish() -> None:
+    """Rank 0's allreduce can never complete (rank 1 finished), but rank 0 computes outside
+    any collective and then raises: its stack is not in a collective, so it is not cut short
+    as a desync; the case ends as its own error."""
+    with RankPool(2) as pool:
+        pool.start()
+        out = call(pool, "async_then_compute_then_raise", timeout=60.0)
+        assert out.status == "raised", out.desync
+        assert "rank 0 gives up after computing" in out.tracebacks[0]
 
 
 def test_a_slow_rank_is_not_a_desync() -> None:

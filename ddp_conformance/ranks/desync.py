@@ -15,7 +15,11 @@ waits in something untraced), a pending collective every peer matched (it is onl
 a point-to-point operation (paired by tag, not by order) or a group whose members are
 unknown all mean "no diagnosis", and the case keeps its full deadline. The pool adds the
 time condition (nothing moved for a grace period, see ``DESYNC_QUIET_S`` in
-:mod:`ddp_conformance.ranks.pool`).
+:mod:`ddp_conformance.ranks.watch`), except for a :attr:`Desync.final` one: every stuck
+collective waits on a peer that is gone (it answered or died) and never issued it. A gone
+rank's flight log is complete (each launch is written before the rank answers), and it
+issues nothing more, so no later event can change that; the watch then only checks that
+the waiting ranks are blocked in those collectives (their stacks) before it ends the job.
 """
 from __future__ import annotations
 
@@ -34,10 +38,13 @@ MAX_ROWS = 20
 
 @dataclass(frozen=True)
 class Desync:
-    """Why a job can never finish: ``summary`` (one line) and ``detail`` (the streams)."""
+    """Why a job can never finish: ``summary`` (one line) and ``detail`` (the streams).
+    ``final``: every stuck collective waits on a gone peer that never issued it (see the
+    module docstring): no time condition is needed to know it."""
 
     summary: str
     detail: str
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class _Stuck:
     rank: int
     launch: Launch
     why: str
+    #: It waits on a gone peer that never issued it: nothing can change that.
+    final: bool = False
 
 
 def diagnose(flights: dict[int, RankFlight], live: Iterable[int], gone: dict[int, str],
@@ -74,15 +83,18 @@ def diagnose(flights: dict[int, RankFlight], live: Iterable[int], gone: dict[int
             why = _why_stuck(rank, launch, flights, set(live), gone, untraced)
             if why is None:
                 return None  # this one can complete: the rank may move on
-            stuck.append(_Stuck(rank, launch, why))
+            stuck.append(_Stuck(rank, launch, *why))
     if not stuck:
         return None
-    return _describe(stuck, flights, gone, {r: w for r, w in untraced.items() if r in live})
+    found = _describe(stuck, flights, gone, {r: w for r, w in untraced.items() if r in live})
+    final = not untraced and all(s.final for s in stuck)
+    return Desync(found.summary, found.detail, final) if final else found
 
 
 def _why_stuck(rank: int, launch: Launch, flights: dict[int, RankFlight], live: set[int],
-               gone: dict[int, str], untraced: dict[int, str]) -> str | None:
-    """Why ``launch`` (pending on ``rank``) can never complete; None if it still may."""
+               gone: dict[int, str], untraced: dict[int, str]) -> tuple[str, bool] | None:
+    """Why ``launch`` (pending on ``rank``) can never complete, and whether that is final
+    (a gone peer never issued it); None if it still may."""
     if launch.kind in POINT_TO_POINT:
         return None
     members = flights[rank].members.get(launch.group)
@@ -98,19 +110,19 @@ def _why_stuck(rank: int, launch: Launch, flights: dict[int, RankFlight], live: 
         if theirs is not None:
             if not theirs.matches(launch):
                 return (f"rank {peer} issued {theirs.describe()} at #{launch.seq} "
-                        f"({theirs.where()})")
+                        f"({theirs.where()})"), False
             continue
         if peer in gone:
-            return f"rank {peer} never issued #{launch.seq}: it {gone[peer]}"
+            return f"rank {peer} never issued #{launch.seq}: it {gone[peer]}", True
         if peer not in live:
             return None
         if peer in untraced:
             return (f"rank {peer} never issued #{launch.seq}: it waits in a collective the "
-                    f"trace does not see, at {untraced[peer]}")
+                    f"trace does not see, at {untraced[peer]}"), False
         waits_for.append(peer)
     if waits_for:
         who = ", ".join(map(str, waits_for))
-        return f"rank {who} has not issued #{launch.seq} and waits in a collective itself"
+        return f"rank {who} has not issued #{launch.seq} and waits in a collective itself", False
     return None
 
 

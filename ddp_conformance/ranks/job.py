@@ -79,7 +79,7 @@ class JobRun:
         self.pending.discard(rank)
         failed_here = self.out.record(answer)
         if isinstance(answer, Done):
-            self.gone[rank] = "finished the job"
+            self.gone[rank] = finished(answer.result)
             return answer.hygiene.retire
         assert isinstance(answer, Raised), answer
         self.gone[rank] = "raised" if answer.stays else "raised and left"
@@ -162,6 +162,18 @@ class JobRun:
         """Whether a desync may still be diagnosed: no rank raised or died (then the
         streams say why, not that they hang)."""
         return not self.out.tracebacks and not self.out.exit_codes
+
+
+def finished(result: Any) -> str:
+    """What a rank that answered :class:`Done` did, for the desync diagnosis: "finished the
+    job", and what it raised first where the scenario allows a refusal (its record's
+    ``raised``): a peer left waiting then hangs on a rank that refused, and the line says so."""
+    raised = getattr(result, "raised", "")
+    if not isinstance(raised, str) or not raised.strip():
+        return "finished the job"
+    first = raised.strip().splitlines()[0]
+    first = first if len(first) <= 120 else first[:117] + "..."
+    return f"finished the job after raising {first} (a refusal the scenario allows)"
 
 
 def call_job(function: str, args: tuple[Any, ...], timeout_s: float) -> Job:

@@ -432,7 +432,7 @@ class RankPool(CallsFunctions):
         collectives = watch.launched() if watch is not None else None
         self._gather_stacks(out, [ranks[i] for i in sorted(state.pending)],
                             {rank: (ranks[rank].stack, stack_marks[rank])
-                             for rank in out.exit_codes})
+                             for rank in out.exit_codes}, watch.taken if watch else {})
         # Stuck ranks cannot be recovered (they wait in C++): end them; the next job
         # replaces them and every other rank that left.
         ended = self._end([ranks[i] for i in state.pending])
@@ -475,12 +475,14 @@ class RankPool(CallsFunctions):
                 state.desync(found)
 
     def _gather_stacks(self, out: Outcome, stuck: list[_Rank],
-                       dead: dict[int, tuple[str, int]]) -> None:
-        """Into ``out.stacks``: every ``stuck`` rank's stack now, and for every rank that
-        died, what faulthandler wrote past its mark (its stack at a fatal signal)."""
+                       dead: dict[int, tuple[str, int]], taken: dict[int, str]) -> None:
+        """Into ``out.stacks``: every ``stuck`` rank's stack now (or as the watch took it
+        to decide the job's end: ``taken``), and for every rank that died, what
+        faulthandler wrote past its mark (its stack at a fatal signal)."""
         if not stuck and not dead:
             return
-        out.stacks = self._dump_stacks(stuck)
+        out.stacks = {r.rank: taken[r.rank] for r in stuck if r.rank in taken}
+        out.stacks.update(self._dump_stacks([r for r in stuck if r.rank not in taken]))
         for rank, (path, mark) in dead.items():
             fatal = _read_from(path, mark)
             if fatal:

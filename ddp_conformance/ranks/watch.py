@@ -20,6 +20,20 @@ but starved by a loaded machine still shows CPU time within it; and the whole di
 then costs about one second, where the deadline it replaces is 60 s by default. Without
 ``/proc`` (not Linux) the CPU condition is unknown and the quiet period is tripled.
 
+One desync needs no time condition: a :attr:`~ddp_conformance.ranks.desync.Desync.final`
+one, where every stuck collective waits on a peer that is gone (it answered or died) and
+never issued it. Whether the waiting ranks still compute is then the only question (a rank
+that launched an asynchronous collective may yet raise, or finish, on its own), and their
+stacks answer it at once: a rank whose main thread is inside one of torch.distributed's
+collectives (:func:`~ddp_conformance.ranks.stacks.in_collective`) waits in one of those
+stuck collectives for good, provided no collective was launched or completed while the
+stacks were taken (then the next poll looks again). The stacks are asked at most
+:data:`FINAL_LOOKS` times per quiet period (a look can catch a rank between its launch and
+its wait), and kept (:attr:`JobWatch.taken`) as the job's evidence: a peer that finished or
+raised costs the waiting ranks a poll and a stack dump (~0.2 s), not the quiet period. A
+rank blocked below Python (torch's C++ reducer) is not recognised by its stack, and keeps
+the quiet period.
+
 The watch also ends a job whose ranks hang exactly where its candidate's first case hung,
 before any collective (:class:`~ddp_conformance.ranks.endings.HangMatcher`, the fail-fast
 rule of :mod:`ddp_conformance.ranks.endings`).
@@ -41,6 +55,8 @@ POLL_S = 0.1
 DESYNC_QUIET_S = 1.0
 #: CPU a rank may use during the quiet period and still count as waiting (10 ms ticks).
 IDLE_CPU_S = 0.05
+#: How many times per quiet period the stacks are asked to confirm a final desync.
+FINAL_LOOKS = 3
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
@@ -73,6 +89,10 @@ class JobWatch:
         #: A hang this job may repeat (the fail-fast rule, :mod:`.endings`): matched early.
         self.matcher = HangMatcher(hang, stacks) if hang is not None and stacks else None
         self._untraced: dict[int, str] | None = None
+        #: How many times this quiet period's stacks were asked for a final desync.
+        self._final_looks = 0
+        #: The stacks that confirmed a final desync (the job's evidence: not taken again).
+        self.taken: dict[int, str] = {}
         for log in logs.values():
             log.begin()
         self._live: set[int] | None = None
@@ -105,9 +125,12 @@ class JobWatch:
             same = self.matcher.poll(self.flights(), live, now)
             if same is not None:
                 return same
-        if moved or live != self._live:
+        restarted = moved or live != self._live
+        if restarted:
             self._restart_quiet(live, now)
-            return None
+        final = self._final(live, gone, now)
+        if final is not None or restarted:
+            return final
         if now - self._quiet_since < DESYNC_QUIET_S:
             return None  # (checked first: the CPU figures are read only once it may end)
         cpu = {r: cpu_seconds(self.pids[r]) for r in live}
@@ -129,8 +152,28 @@ class JobWatch:
             self._untraced = {r: w for r, w in where.items() if w is not None}
         return diagnose(flights, live, gone, self._untraced) if self._untraced else None
 
+    def _final(self, live: set[int], gone: dict[int, str], now: float) -> Desync | None:
+        """A final desync whose live ranks all sit in torch.distributed collectives, by
+        their stacks (asked :data:`FINAL_LOOKS` times per quiet period at most; see the module
+        docstring); else None."""
+        if self.stacks is None or self._final_looks >= FINAL_LOOKS or not gone:
+            return None
+        found = diagnose(self.flights(), live, gone)
+        if found is None or not found.final:
+            return None
+        self._final_looks += 1
+        stacks = self.stacks(sorted(live))
+        if self.read():  # something moved while the stacks were taken: look again
+            self._restart_quiet(live, now)
+            return None
+        if any(in_collective(stack) is None for stack in stacks.values()):
+            return None  # some rank still computes (or waits below Python): the quiet period
+        self.taken = stacks
+        return found
+
     def _restart_quiet(self, live: set[int], now: float) -> None:
         self._untraced = None
+        self._final_looks = 0
         self._live = set(live)
         self._quiet_since = now
         self._cpu_mark = {r: cpu_seconds(self.pids[r]) for r in live}
