@@ -84,8 +84,13 @@ def _problems(scenario: Scenario, world_size: int) -> list[str]:
                     at = (rank, step, mb, forward)
                     inputs, target = script_case.batch(case, spec, at, len(group))
                     script_case.seed_forward(case, at)
-                    with torch.no_grad(), script_case.forward_context(case):
-                        out = model(*inputs)
+                    try:
+                        with torch.no_grad(), script_case.forward_context(case):
+                            out = model(*inputs)
+                    except Exception as exc:  # noqa: BLE001 - reported with the case
+                        problems.append(f"rank {rank}, step {step}: forward raised "
+                                        f"{type(exc).__name__}: {exc}")
+                        break
                     if not on_purpose and _non_finite(_tensors((inputs, target, out))):
                         problems.append(f"rank {rank}, step {step}: non-finite data or output")
             problems += [f"rank {rank}: {b}" for b in bad]
