@@ -228,13 +228,11 @@ def test_compare_exits_1_on_a_regressed_verdict_or_a_significant_slowdown(tmp_pa
     assert [c.case for c in comp.regressed] == ["gradients/mlp[torch]"]
     assert [t.kind for t in compare_dirs(str(old), str(slower)).timings] == ["slower"]
     out = io.StringIO()
+    from ddp_conformance.cli import build_parser
     from ddp_conformance.report.command import report_command
 
-    class Args:
-        results_dir = None
-        compare = [str(old), str(slower)]
-
-    assert report_command(Args(), out) == 1  # type: ignore[arg-type]
+    args = build_parser().parse_args(["report", "--compare", str(old), str(slower)])
+    assert report_command(args, out) == 1
     assert "slower" in out.getvalue() and "+20.0%" in out.getvalue()
     assert main(["report", "--compare", str(old), str(same)]) == 0
     assert main(["report", "--compare", str(old), str(tmp_path / "missing")]) == 2
