@@ -31,6 +31,11 @@ What it specifies, from ``torch/csrc/distributed/c10d/reducer.cpp``:
   then divided in place (``div_``, not the per-gradient ``mul`` by the reciprocal).
 * ``mixed_precision_param_dtype`` (``set_mixed_precision_param_dtype``): buckets hold
   gradients in that dtype, and incoming gradients are checked against it.
+* A complex bucket (``is_complex_bucket``) is stored as its real view: a flat buffer of
+  ``2 * numel`` real elements, into which each complex parameter has a ``view_as_complex``
+  view. That real buffer is what is allreduced, what a comm hook's ``buffer()`` returns
+  (its ``gradients()`` are slices of it at the complex offsets, as torch's), and how the
+  tensor a hook returns is read back.
 * Futures installed by a buffer comm hook (``install_futures``) are awaited at the end
   of backward, after the buckets.
 """
@@ -61,6 +66,7 @@ class Bucket:
         "expect_sparse",
         "future",
         "gradients",
+        "is_complex",
         "lengths",
         "offsets",
         "params",
@@ -85,6 +91,8 @@ class Bucket:
         self.views_in: list[torch.Tensor] = []
         self.views_out: list[torch.Tensor] = []
         self.pending = len(params)
+        #: A complex bucket (torch's ``is_complex_bucket``): ``gradients`` is its real view.
+        self.is_complex = False
         #: Intra-bucket positions whose copy ``batched_grad_copy`` deferred.
         self.deferred: list[int] = []
         self.work: dist.Work | None = None
@@ -101,9 +109,22 @@ class Bucket:
             self.lengths.append(p.numel())
             self.sizes.append(p.shape)
             offset += p.numel()
-        self.gradients = torch.empty(offset, dtype=dtype or params[0].dtype,
-                                     device=params[0].device)
-        self.views_in = bucket_views(self.gradients, params, self.offsets)
+        self.allocate(dtype or params[0].dtype)
+
+    def allocate(self, dtype: torch.dtype) -> None:
+        """A new flat buffer of ``dtype`` for the bucket's parameters, and their views.
+
+        A complex bucket is stored as its real view, as torch's ``initialize_buckets`` does
+        (``bucket.gradients = at::view_as_real(gradients).reshape({-1})``): ``gradients``
+        holds ``2 * numel`` elements of the real dtype, and each complex parameter's view
+        is ``view_as_complex`` of its slice (``initialize_bucket_views``). The reduction,
+        a comm hook's ``buffer()`` and the tensor a hook returns are all that real buffer.
+        """
+        self.is_complex = dtype.is_complex
+        numel = sum(self.lengths)
+        flat = torch.empty(numel, dtype=dtype, device=self.params[0].device)
+        self.gradients = torch.view_as_real(flat).reshape(-1) if self.is_complex else flat
+        self.views_in = bucket_views(self.gradients, self.params, self.offsets, self.is_complex)
         self.views_out = self.views_in
 
     def nbytes(self) -> int:
@@ -111,16 +132,35 @@ class Bucket:
 
 
 def bucket_views(flat: torch.Tensor, params: Sequence[torch.Tensor],
-                 offsets: Sequence[int]) -> list[torch.Tensor]:
+                 offsets: Sequence[int], complex_bucket: bool = False) -> list[torch.Tensor]:
     """Views of ``flat`` shaped like ``params`` (torch's "gradient layout contract": a dense
-    parameter's view has its strides, others a contiguous view)."""
+    parameter's view has its strides, others a contiguous view). In a complex bucket
+    ``flat`` is the real view and ``offsets`` count complex elements: see
+    :func:`complex_bucket_view`."""
     views = []
     for p, off in zip(params, offsets, strict=True):
-        if _non_overlapping_and_dense(p):
+        if complex_bucket and p.is_complex():
+            views.append(complex_bucket_view(flat, p, off))
+        elif _non_overlapping_and_dense(p):
             views.append(flat.as_strided(p.shape, p.stride(), off))
         else:
             views.append(flat.narrow(0, off, p.numel()).view(p.shape))
     return views
+
+
+def complex_bucket_view(flat: torch.Tensor, param: torch.Tensor, offset: int) -> torch.Tensor:
+    """The complex view of ``param``'s gradient in the real buffer ``flat`` of a complex
+    bucket, starting at complex element ``offset`` (torch's ``initialize_bucket_views`` and
+    ``populate_bucket_views_out``): a dense parameter's real view has its strides doubled
+    plus a last dimension of 2 (stride 1), others a contiguous ``(numel, 2)`` slice; both
+    are then ``view_as_complex``. A ``flat`` that is not real (a hook returning a complex
+    tensor) is refused by ``view_as_complex``, as in torch."""
+    if _non_overlapping_and_dense(param):
+        real = flat.as_strided((*param.shape, 2), (*(2 * s for s in param.stride()), 1),
+                               2 * offset)
+        return torch.view_as_complex(real)
+    real = flat.narrow(0, 2 * offset, 2 * param.numel()).reshape(param.numel(), 2)
+    return torch.view_as_complex(real).view(param.shape)
 
 
 def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
@@ -259,10 +299,11 @@ class Reducer:
         ``set_mixed_precision_param_dtype``, called once at construction)."""
         self.mixed_precision_param_dtype = dtype
         for bucket in self.buckets:
-            if not bucket.expect_sparse:
-                bucket.gradients = bucket.gradients.to(dtype)
-                bucket.views_in = bucket_views(bucket.gradients, bucket.params, bucket.offsets)
-                bucket.views_out = bucket.views_in
+            if not bucket.expect_sparse and bucket.views_in[0].dtype != dtype:
+                old = bucket.gradients
+                bucket.allocate(dtype)
+                if bucket.gradients.numel() == old.numel():
+                    bucket.gradients.copy_(old)
 
     def set_optimizer_in_backward(self) -> None:
         self.optim_in_backward = True
@@ -665,7 +706,8 @@ class Reducer:
                 if result.data_ptr() == bucket.gradients.data_ptr():
                     bucket.views_out = bucket.views_in
                 else:
-                    bucket.views_out = bucket_views(result, bucket.params, bucket.offsets)
+                    bucket.views_out = bucket_views(result, bucket.params, bucket.offsets,
+                                                    bucket.is_complex)
             self.div_factor = None
             if not bucket.expect_sparse:
                 self._finalize_bucket_dense(bucket, check_unused)
