@@ -8,6 +8,11 @@ SCENARIOS = [
     Scenario("comm-hooks/returns-new-tensor", "mlp", comm_hook="allreduce_to_new_tensor",
              ddp_options={"bucket_cap_mb": 0.001},
              description="a hook whose future returns a new tensor: DDP must copy it back"),
+    # A complex bucket is reduced as its real view: the hook gets a float buffer of twice
+    # the complex element count, and DDP reads the new tensor back the same way.
+    Scenario("comm-hooks/returns-new-tensor-complex", "complex",
+             comm_hook="allreduce_to_new_tensor",
+             description="complex64 parameters under a hook whose future returns a new tensor"),
     # fp16_compress_hook casts each bucket to float16 (u = 2**-11), sums in float16 and
     # casts back: at most (W + 1) roundings of u relative to the summed magnitude, 2.4e-3 for
     # W = 4; parameters move by lr times that. 4e-3 (8 u) bounds it; float32 arithmetic is
@@ -35,6 +40,9 @@ RULES = {
     'comm-hooks/returns-new-tensor':
         "DDP copies the tensor a comm hook's future returns back into the bucket's "
         "gradients: a hook may return a new tensor rather than the bucket's buffer.",
+    'comm-hooks/returns-new-tensor-complex':
+        "DDP hands a comm hook a complex bucket as its real view (float, twice the "
+        "elements) and reads the hook's new tensor back as real and imaginary pairs.",
     'comm-hooks/fp16-compress':
         'fp16_compress_hook casts the bucket to float16, divides by the group size, '
         'allreduces and casts back: gradients are the average within float16 rounding.',

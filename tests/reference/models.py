@@ -21,6 +21,19 @@ class MLP(nn.Module):
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
 
 
+class ComplexMLP(nn.Module):
+    """complex64 layers on a real input and a real output (``|z|``): every bucket is
+    complex, so torch's reducer stores it as its real view."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16, dtype=torch.complex64)
+        self.fc2 = nn.Linear(16, 4, dtype=torch.complex64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.tanh(self.fc1(x.to(torch.complex64)))).abs()
+
+
 class Wide(nn.Module):
     """About 2.2 MiB of float32 parameters: with the default cap the rebuilt layout has a
     1 MiB first bucket."""

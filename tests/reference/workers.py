@@ -48,6 +48,8 @@ class Spec:
     optimizer: str = "sgd"
     rank_config: str = ""  # "extra_on_rank0": UnusedOnSomeRanks uses `extra` on rank 0 only
     trace: bool = True
+    #: "new_tensor": :func:`new_tensor_hook` registered on both DDPs.
+    comm_hook: str = ""
 
 
 MODEL_FACTORIES: dict[str, Callable[[], nn.Module]] = {
@@ -64,7 +66,28 @@ MODEL_FACTORIES: dict[str, Callable[[], nn.Module]] = {
     "nested": models.NestedOutputs,
     "dense_emb": lambda: models.SparseEmbedding(sparse=False),
     "sparse_emb": lambda: models.SparseEmbedding(sparse=True),
+    "complex": models.ComplexMLP,
 }
+
+
+def new_tensor_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """An allreduce comm hook whose future holds a new tensor (the bucket divided by the
+    group size), not the bucket's buffer; it records what the bucket reports (``buffer()``
+    dtype and element count, ``gradients()``, ``parameters()``) into ``state[1]``.
+    Unannotated: torch refuses a ``bucket`` annotation that is not ``dist.GradBucket``
+    itself, and postponed annotations are strings."""
+    pg, seen = state
+    buffer = bucket.buffer()
+    seen.append({
+        "index": bucket.index(), "dtype": str(buffer.dtype), "numel": buffer.numel(),
+        "gradients": [g.detach().clone() for g in bucket.gradients()],
+        "parameters": [(str(p.dtype), tuple(p.shape)) for p in bucket.parameters()],
+    })
+    averaged = buffer / pg.size()
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM  # type: ignore[assignment]
+    fut = pg.allreduce([averaged], opts).get_future()
+    return fut.then(lambda f: f.value()[0])
 
 # Parameters of MLP(32): fc1 8*32+32, fc2 32*32+32, fc3 32*4+4 floats; 0.002 MiB (~2 KiB)
 # makes several buckets, and fc2.weight (4 KiB) alone exceeds the cap.
@@ -111,6 +134,13 @@ SCENARIOS: dict[str, Spec] = {
     "nested_find_unused": Spec("nested", {"find_unused_parameters": True}),
     "dense_emb": Spec("dense_emb"),
     "sparse_emb": Spec("sparse_emb"),
+    # Complex buckets are reduced as their real view; a hook sees that float buffer and a
+    # new tensor it returns is read back through complex views.
+    "complex": Spec("complex", {"bucket_cap_mb": 0.001}),
+    "complex_new_tensor_hook": Spec("complex", {"bucket_cap_mb": 0.001},
+                                    comm_hook="new_tensor"),
+    "complex_new_tensor_hook_grad_view": Spec("complex", {"gradient_as_bucket_view": True},
+                                              comm_hook="new_tensor", set_to_none=False),
 }
 
 
@@ -133,6 +163,9 @@ def run_spec(rank: int, impl: str, spec: Spec) -> dict[str, Any]:
     default_pg = dist.distributed_c10d._get_default_group()
     pg = traced(default_pg) if spec.trace else default_pg
     ddp = IMPLS[impl](model, process_group=pg, **spec.kwargs)
+    hook_buckets: list[Any] = []
+    if spec.comm_hook == "new_tensor":
+        ddp.register_comm_hook((pg, hook_buckets), new_tensor_hook)  # type: ignore[operator]
     sparse = spec.model == "sparse_emb"
     if spec.optimizer == "adam":
         opt: torch.optim.Optimizer = torch.optim.Adam(ddp.parameters(), lr=0.01)
@@ -164,7 +197,8 @@ def run_spec(rank: int, impl: str, spec: Spec) -> dict[str, Any]:
                                           "rebuilt_per_bucket_param_indices", "iteration",
                                           "has_rebuilt_buckets",
                                           "prev_iteration_grad_ready_order_indices")}
-    return {"init_trace": init_trace, "steps": steps, "layout": layout}
+    return {"init_trace": init_trace, "steps": steps, "layout": layout,
+            "hook_buckets": hook_buckets}
 
 
 def _diff_tensors(where: str, a: list[Any], b: list[Any]) -> list[str]:
@@ -175,9 +209,31 @@ def _diff_tensors(where: str, a: list[Any], b: list[Any]) -> list[str]:
         if (x is None) != (y is None):
             out.append(f"{where}[{i}]: torch {'None' if x is None else 'set'}, "
                        f"reference {'None' if y is None else 'set'}")
-        elif x is not None and not torch.equal(x, y):
-            err = (x.double() - y.double()).abs().max().item()
+        elif x is not None and (x.dtype != y.dtype or not torch.equal(x, y)):
+            if x.dtype != y.dtype:
+                out.append(f"{where}[{i}]: torch {x.dtype}, reference {y.dtype}")
+                continue
+            err = (_real(x) - _real(y)).abs().max().item()
             out.append(f"{where}[{i}]: max abs difference {err:.3g}")
+    return out
+
+
+def _real(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float64, a complex tensor as its real and imaginary parts."""
+    return torch.view_as_real(t).double() if t.is_complex() else t.double()
+
+
+def _diff_hook_buckets(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
+    """Differences between what torch's and the reference's hooks were handed."""
+    if len(a) != len(b):
+        return [f"comm hook called {len(a)} times with torch, {len(b)} with the reference"]
+    out = []
+    for n, (ba, bb) in enumerate(zip(a, b, strict=True)):
+        meta = ("index", "dtype", "numel", "parameters")
+        if any(ba[k] != bb[k] for k in meta):
+            out.append(f"hook call {n}: torch {[ba[k] for k in meta]} "
+                       f"reference {[bb[k] for k in meta]}")
+        out += _diff_tensors(f"hook call {n} gradients()", ba["gradients"], bb["gradients"])
     return out
 
 
@@ -192,6 +248,7 @@ def compare(spec: Spec, a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         ref_init = b["init_trace"][:2] + b["init_trace"][3:]
         if a["init_trace"] != ref_init:
             diffs.append(f"init collectives: torch {a['init_trace']} reference {b['init_trace']}")
+    diffs += _diff_hook_buckets(a["hook_buckets"], b["hook_buckets"])
     for step, (sa, sb) in enumerate(zip(a["steps"], b["steps"], strict=True)):
         for key in ("grads", "params", "buffers"):
             diffs += _diff_tensors(f"step {step} {key}", sa[key], sb[key])
