@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -481,17 +482,23 @@ def test_watch_never_asks_stacks_of_ranks_with_pending(tmp_path: Path,
     assert all(which == [] for which in asked)
 
 
+def _recording(dump: str) -> tuple[list[list[int]], Callable[[list[int]], dict[int, str]]]:
+    """A stacks function that answers ``dump`` for every rank asked, and the list of asks."""
+    asked: list[list[int]] = []
+
+    def stacks(which: list[int]) -> dict[int, str]:
+        asked.append(list(which))
+        return {r: dump for r in which}
+
+    return asked, stacks
+
+
 def test_watch_ends_at_once_when_ranks_sit_in_collectives_on_a_gone_peer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 1 finished without issuing the allreduce rank 0 waits in, and rank 0's stack is
     inside torch.distributed's all_reduce: the job ends at the first poll, with no quiet
     period, and the stacks that showed it are kept as the evidence."""
-    asked: list[list[int]] = []
-
-    def stacks(which: list[int]) -> dict[int, str]:
-        asked.append(list(which))
-        return {r: DUMP_IN_ALL_REDUCE for r in which}
-
+    asked, stacks = _recording(DUMP_IN_ALL_REDUCE)
     ranks = Ranks(tmp_path, monkeypatch, stacks)
     ranks.write(0, "allreduce allreduce?")
     ranks.write(1, "allreduce")
@@ -509,12 +516,7 @@ def test_watch_keeps_the_quiet_period_for_a_rank_outside_a_collective(
     """The same streams, but rank 0's stack is in backward (it may still compute, or waits
     below Python): the stacks are asked a few times at most, and the desync comes only after
     the quiet period, as it did before."""
-    asked: list[list[int]] = []
-
-    def stacks(which: list[int]) -> dict[int, str]:
-        asked.append(list(which))
-        return {r: DUMP_IN_BACKWARD for r in which}
-
+    asked, stacks = _recording(DUMP_IN_BACKWARD)
     ranks = Ranks(tmp_path, monkeypatch, stacks)
     ranks.write(0, "allreduce?")
     gone = {1: "finished the job"}
