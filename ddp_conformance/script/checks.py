@@ -23,7 +23,7 @@ from ddp_conformance.script.single_process import OracleRecord, Tensors, clone
 def rtol(case: Case, dtype: torch.dtype) -> float:
     """judge/tolerance.py: bitwise where exact, the scenario's override, else the dtype's
     (at least the model's loosest gradient dtype's: a mixed model carries its rounding)."""
-    if case.exact or not dtype.is_floating_point:
+    if case.exact or not (dtype.is_floating_point or dtype.is_complex):
         return 0.0
     if case.rtol_override is not None:
         return case.rtol_override
@@ -36,7 +36,7 @@ def compare(case: Case, rank: int, when: int | str, name: str, what: str, got: T
     """max|got - want| <= rtol * max(scale, max|want|); ``when``: a step, or words."""
     when = f"step {when}" if isinstance(when, int) else when
     tolerance = 0.0 if bitwise else rtol(case, want.dtype)
-    got, want = got.detach().to_dense().double(), want.detach().to_dense().double()
+    got, want = _real(got), _real(want)
     if got.shape != want.shape:
         raise AssertionError(f"rank {rank}, {when}, {name!r}: {what}: shape "
                              f"{tuple(got.shape)} vs the single-process {tuple(want.shape)}")
@@ -46,6 +46,13 @@ def compare(case: Case, rank: int, when: int | str, name: str, what: str, got: T
         raise AssertionError(f"rank {rank}, {when}, {name!r}: {what}: max abs error "
                              f"{error:.3g} vs the single-process result (tolerance "
                              f"{tolerance * scale:.3g})")
+
+
+def _real(tensor: Tensor) -> Tensor:
+    """``tensor`` dense in float64; a complex one as its real view (real and imaginary
+    parts side by side, as torch's reducer reduces it), so no component is dropped."""
+    tensor = tensor.detach().to_dense()
+    return (torch.view_as_real(tensor) if tensor.is_complex() else tensor).double()
 
 
 def compare_all(case: Case, rank: int, when: int | str, what: str, got: Tensors, want: Tensors,
