@@ -34,8 +34,12 @@ def junit_outcomes(path: Path) -> dict[str, str]:
 
 
 def test_pytest_xdist_agrees_with_the_command_line(tmp_path: Path) -> None:
+    # A slice of the catalog that holds every outcome (passed, failed, skipped, xfailed:
+    # torch's deepcopy defect), selected by the same -k in both routes (a case's id is its
+    # test's name): the whole catalog took 100 s of the suite for no more evidence.
     candidates = ["--candidate", "torch", "--candidate", "tests.defective:SumsWithoutDividing",
-                  "--candidate", "tests.limited:ForwardOnly"]
+                  "--candidate", "tests.limited:ForwardOnly",
+                  "-k", "gradients/ or errors/ or no-sync/ or buffers/ or surface/copy"]
     proc = pytest_run("suites", "-n", "2", "-q", f"--junitxml={tmp_path / 'j.xml'}",
                       *candidates)
     assert proc.returncode == 1, proc.stdout[-3000:]  # the defective candidate fails

@@ -240,6 +240,9 @@ def test_the_candidate_description_is_its_own_docstring_or_none() -> None:
 #: ERROR, 10 N/A, 1 XFAIL; a failing case averages 355 figures and 81 failure messages, a
 #: passing one 220 figures). Its report.html was 4.47 MB before issue 24, 1.46 MB after.
 REPORT_LIMIT_BYTES = 2_000_000
+#: How many of the defective DDP's cases failed in that run (the catalog has grown since:
+#: the rest of its scenarios are modelled passing).
+FAILING = 123
 
 
 def _modelled_case(scenario: str, candidate: str, failing: bool) -> Result:
@@ -270,10 +273,10 @@ def test_the_report_of_a_large_failing_run_stays_under_2_mb() -> None:
     results = []
     for i, scenario in enumerate(sorted(RULES)):
         results.append(_modelled_case(scenario, "torch", failing=False))
-        results.append(_modelled_case(scenario, DEFECTIVE, failing=i % 168 < 123))
+        results.append(_modelled_case(scenario, DEFECTIVE, failing=i < FAILING))
     html = render_html(RUN_INFO, results, [])
     assert len(html.encode()) <= REPORT_LIMIT_BYTES, len(html.encode())
-    assert html.count("<svg") == 123 and html.count('<p class="rule">') == 123
+    assert html.count("<svg") == FAILING and html.count('<p class="rule">') == FAILING
 
 
 def test_list_shows_each_scenario_with_its_rule() -> None:
