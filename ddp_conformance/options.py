@@ -131,8 +131,9 @@ OPTIONS: tuple[Option, ...] = (
            metavar="S", config_field="timeout_s", check=positive("timeout")),
     Option("pool", "reuse rank processes (persistent, default) or start new ones per case "
            "(fresh)", default="persistent", choices=("persistent", "fresh"), config_field="pool"),
-    Option("no-spare", "after a fault, start the replacement ranks when needed instead of "
-           "keeping warm spares", action="store_true", default=False, config_field="spare",
+    Option("no-spare", "without a zygote (off Linux, --pool fresh, --coverage), start "
+           "replacement ranks when needed instead of keeping warm spares (ranks forked from "
+           "the zygote need none)", action="store_true", default=False, config_field="spare",
            to_config=lambda v: not v),
     Option("allow-oversubscribe", "run a world size that does not fit this machine (more ranks "
            "than 8 per core, or than its memory holds) instead of refusing it",
