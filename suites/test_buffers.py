@@ -13,6 +13,11 @@ SCENARIOS = [
     Scenario("buffers/conv-bn-no-sync", "conv_bn", steps=3, microbatches=2,
              accumulate=Accumulate.NO_SYNC, min_world_size=2,
              description="no buffer broadcast before a forward inside no_sync"),
+    # The module reassigns its buffers in every forward: the tensors DDP saw at construction
+    # are no longer the module's after the first step.
+    Scenario("buffers/replaced-in-forward", "buffers_replaced", steps=3,
+             description="buffers reassigned to new tensors in forward, rank 0's broadcast "
+                         "before each synced forward"),
 ]
 
 #: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
@@ -28,5 +33,9 @@ RULES = {
         'DDP decides the buffer broadcast from the previous forward: the first forward '
         "after one inside no_sync keeps the rank's own buffers, and the first forward after "
         "a synced one broadcasts rank 0's.",
+    'buffers/replaced-in-forward':
+        "DDP broadcasts the module's buffers as they are at each forward: a buffer the "
+        "forward reassigned to a new tensor is broadcast, not the tensor registered at "
+        "construction.",
 }
 SCENARIOS = with_rules(SCENARIOS, RULES)

@@ -13,6 +13,12 @@ SCENARIOS = [
     Scenario("comm-hooks/returns-new-tensor-complex", "complex",
              comm_hook="allreduce_to_new_tensor",
              description="complex64 parameters under a hook whose future returns a new tensor"),
+    # A hook that relies on the bucket's position (index() and is_last()), as PowerSGD's
+    # iteration count does: a tiny cap gives the MLP several buckets, so a wrong position
+    # scales a bucket by a power of two; the right one leaves allreduce's values exactly.
+    Scenario("comm-hooks/bucket-position", "mlp", comm_hook="bucket_position", steps=3,
+             ddp_options={"bucket_cap_mb": 0.001},
+             description="a hook counting buckets by index() and is_last(), several buckets"),
     # fp16_compress_hook casts each bucket to float16 (u = 2**-11), sums in float16 and
     # casts back: at most (W + 1) roundings of u relative to the summed magnitude, 2.4e-3 for
     # W = 4; parameters move by lr times that. 4e-3 (8 u) bounds it; float32 arithmetic is
@@ -43,6 +49,9 @@ RULES = {
     'comm-hooks/returns-new-tensor-complex':
         "DDP hands a comm hook a complex bucket as its real view (float, twice the "
         "elements) and reads the hook's new tensor back as real and imaginary pairs.",
+    'comm-hooks/bucket-position':
+        "DDP hands a comm hook the buckets of an iteration in order, index() counting from "
+        "0 and is_last() true on the final one only, so a hook may key its state on them.",
     'comm-hooks/fp16-compress':
         'fp16_compress_hook casts the bucket to float16, divides by the group size, '
         'allreduces and casts back: gradients are the average within float16 rounding.',

@@ -216,6 +216,28 @@ def _allreduce_to_new_tensor(group, bucket):  # type: ignore[no-untyped-def]
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
+def _bucket_position(state, bucket):  # type: ignore[no-untyped-def]
+    """An allreduce (divide by the group size, then sum, as ``allreduce_hook``) that relies
+    on the bucket's position, as PowerSGD and post-local SGD do: it counts the buckets of an
+    iteration itself (torch calls the hook for buckets 0, 1, ... in order, and
+    ``is_last()`` on the final one, which ends the iteration) and scales the result by
+    ``2 ** (counted - bucket.index())``. With the position torch reports the scale is 1 and
+    the values are allreduce's, bit for bit; a DDP whose ``index()`` or ``is_last()`` is
+    wrong gets a bucket 2**k times too large or too small (k at most 8: far off any
+    rounding, far from float16's range). ``state``: ``{"group": the process group,
+    "position": 0}``, one per registration. Unannotated, as ``_allreduce_to_new_tensor``."""
+    import torch.distributed as dist
+
+    shift = max(-8, min(8, state["position"] - bucket.index()))
+    state["position"] = 0 if bucket.is_last() else state["position"] + 1
+    buffer = bucket.buffer()
+    buffer.div_(dist.get_world_size(state["group"]))
+    work = dist.all_reduce(buffer, group=state["group"], async_op=True)
+    if shift == 0:
+        return work.get_future().then(lambda fut: fut.value()[0])
+    return work.get_future().then(lambda fut: fut.value()[0].mul_(2.0 ** shift))
+
+
 def _misannotated_bucket(group: Any, bucket: int) -> Any:
     """torch's allreduce hook with ``bucket`` annotated ``int``: DDP must refuse it."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -272,6 +294,8 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
         return process_group, _misannotated_return
     if name == "allreduce_to_new_tensor":
         return process_group, _allreduce_to_new_tensor
+    if name == "bucket_position":
+        return {"group": process_group, "position": 0}, _bucket_position
     if name == "powersgd":
         # Rank 16 is at least the smaller side of every matrix in the catalog's MLP, and
         # min_compression_rate=0 compresses them all: P Q^T then spans each gradient

@@ -91,6 +91,10 @@ class CommHook(StringEnum):
     #: An allreduce whose future returns a new tensor (DDP must copy what it returns).
     ALLREDUCE_TO_NEW_TENSOR = "allreduce_to_new_tensor"
     POWERSGD = "powersgd"
+    #: An allreduce that relies on the bucket's position (``index()``, ``is_last()``), as
+    #: PowerSGD's iteration count does: it counts an iteration's buckets itself and scales
+    #: a bucket by a power of two when the position the DDP reports differs.
+    BUCKET_POSITION = "bucket_position"
     #: ``fp16_compress_wrapper(allreduce_hook)``: the allreduce hook on a float16 bucket.
     FP16_COMPRESS_WRAPPER = "fp16_compress_wrapper"
     #: PowerSGD over the whole bucket as one square matrix (``batched_powerSGD_hook``).

@@ -48,6 +48,7 @@ MODELS: tuple[tuple[str, int], ...] = (
     # its inf and NaN in the last rank's batch, so it means something at every size.
     ("buffer_kinds", 1), ("mlp_float64", 1), ("complex", 1), ("mlp_bfloat16", 1),
     ("mlp_float16", 1), ("huge_tensor", 1), ("late_use", 1), ("non_finite_grad", 1),
+    ("buffers_replaced", 1),
 )
 #: Models wholly in one low-precision dtype (not autocast). Their tolerance (the dtype's
 #: rtol, judge/tolerance.py) holds for SGD and momentum, not for Adam, which scales the
@@ -93,7 +94,7 @@ HOOKS: tuple[tuple[CommHook | None, float | None], ...] = (
     (None, None), (CommHook.ALLREDUCE, None), (CommHook.ALLREDUCE_TO_NEW_TENSOR, None),
     (CommHook.FP16_COMPRESS, 4e-3), (CommHook.BUILTIN_ALLREDUCE, None),
     (CommHook.POST_LOCAL_SGD, None), (CommHook.BUILTIN_FP16_COMPRESS, 4e-3),
-    (CommHook.FP16_COMPRESS_WRAPPER, 4e-3),
+    (CommHook.FP16_COMPRESS_WRAPPER, 4e-3), (CommHook.BUCKET_POSITION, None),
 )
 #: Per-bucket caps (``bucket_cap_mb_list``, torch 2.13), tiny first.
 BUCKET_CAP_LISTS: tuple[tuple[float, ...] | None, ...] = (None, (0.0001, 1.0), (0.0005, 0.0001))

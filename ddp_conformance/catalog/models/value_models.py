@@ -307,3 +307,38 @@ register(ModelSpec("late_use", LateUse,
                    lambda gen, size, rank, ws, step: _normal(gen, size), mse,
                    "layer `late` unused until step `first_use` (5), used from then on",
                    before_step=_late_schedule))
+
+
+# --- buffers replaced in forward, not updated in place ----------------------------------------
+
+
+class BuffersReplaced(nn.Module):
+    """Buffers *reassigned* in every training forward, never written in place:
+    ``self.mean = ...`` and ``self.calls = ...`` give the module new tensors (``nn.Module``
+    files an assignment to a buffer's name under ``_buffers``), so a DDP that keeps the
+    tensors it saw at construction broadcasts stale ones and leaves the module's buffers
+    rank-local.
+
+    - ``mean``: an exponential average of the input (float32), subtracted from the input;
+    - ``calls``: an int64 count of training forwards, scaling the correction.
+    """
+
+    mean: Tensor
+    calls: Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.register_buffer("mean", torch.zeros(8))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training:
+            with torch.no_grad():
+                self.calls = self.calls + 1
+                self.mean = 0.5 * self.mean + 0.5 * x.mean(0)
+        return self.fc(x - self.mean * (1.0 + 0.25 * self.calls.float()))
+
+
+register(ModelSpec("buffers_replaced", BuffersReplaced, _shifted_batch, mse,
+                   "buffers reassigned to new tensors in forward (running mean, counter)"))
