@@ -1,21 +1,41 @@
 """The timing plots as base64 PNG (matplotlib's Agg backend: no display, no network);
-a failing case's error-per-step plot is :mod:`.errorplot`'s inline SVG."""
+a failing case's error-per-step plot is :mod:`.errorplot`'s inline SVG.
+
+matplotlib is optional (the ``plots`` extra): without it every plot here is None, which the
+HTML report leaves out, keeping the timing tables."""
 from __future__ import annotations
 
 import base64
+import functools
 import io
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import matplotlib
-import matplotlib.ticker
+from ddp_conformance.bench.stats import quartiles
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure as MplFigure  # noqa: E402
+from .timing import BASELINE, all_rows, breakdown, keyed, model_rows
 
-from ddp_conformance.bench.stats import quartiles  # noqa: E402
+try:
+    import matplotlib
 
-from .timing import BASELINE, all_rows, breakdown, keyed, model_rows  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:  # the `plots` extra is not installed
+    plt = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
+
+F = TypeVar("F", bound=Callable[..., "str | None"])
+
+
+def drawn(plot: F) -> F:
+    """``plot``, or None when matplotlib is not installed."""
+    @functools.wraps(plot)
+    def draw(*args: Any, **kwargs: Any) -> str | None:
+        return plot(*args, **kwargs) if plt is not None else None
+
+    return draw  # type: ignore[return-value]
 
 
 def to_png(fig: MplFigure) -> str:
@@ -29,6 +49,7 @@ def _ms(x: float) -> float:
     return x * 1e3
 
 
+@drawn
 def step_times(bench: dict[str, Any]) -> str | None:
     """Per model: each candidate's median step time with its IQR as error bars."""
     timing = bench.get("timing") or {}
@@ -54,6 +75,7 @@ def step_times(bench: dict[str, Any]) -> str | None:
     return to_png(fig)
 
 
+@drawn
 def bandwidth(bench: dict[str, Any]) -> str | None:
     """Gradient communication busbw per candidate next to the raw allreduce's."""
     labels, grad, raw = [], [], []
@@ -75,6 +97,7 @@ def bandwidth(bench: dict[str, Any]) -> str | None:
     return to_png(fig)
 
 
+@drawn
 def breakdown_plot(models: list[dict[str, Any]]) -> str | None:
     if not models:
         return None
@@ -98,6 +121,7 @@ def breakdown_plot(models: list[dict[str, Any]]) -> str | None:
     return to_png(fig)
 
 
+@drawn
 def experiment_plot(key: str, exp: dict[str, Any]) -> str | None:
     name = key.split(":")[0]
     if name == "breakdown":
