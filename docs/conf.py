@@ -20,6 +20,8 @@ html_theme = "furo"
 html_title = "ddp-conformance"
 # Code blocks without a language are shown as text, never guessed.
 highlight_language = "none"
+# Text as written: no curly quotes, and "--" in option names stays two hyphens.
+smartquotes = False
 # Pages may start at any heading level (pages written as GitHub Markdown do), and a code
 # block in a language Pygments does not know is shown plain.
 suppress_warnings = ["myst.header", "misc.highlighting_failure"]

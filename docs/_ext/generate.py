@@ -70,12 +70,19 @@ def _default(action: argparse.Action) -> str:
     return f"`{action.default}`"
 
 
+def _long_flags(action: argparse.Action) -> list[str]:
+    """An option's long flags, less its ``--ddp-NAME`` alias where it has ``--NAME`` (the
+    page says once that the alias is accepted)."""
+    flags = [f for f in action.option_strings if f.startswith("--") and f != "--help"]
+    plain = [f for f in flags if not f.startswith("--ddp-")]
+    return plain or flags
+
+
 def cli_options() -> dict[str, list[str]]:
     """Every option of every subcommand, by subcommand: its long flags."""
     from ddp_conformance.cli import build_parser
 
-    return {name: [f for a in sub._actions for f in a.option_strings
-                   if f.startswith("--") and f != "--help"]
+    return {name: [f for a in sub._actions for f in _long_flags(a)]
             for name, (_, sub) in _subcommands(build_parser()).items()}
 
 
@@ -187,7 +194,11 @@ def exit_codes_page() -> str:
     for name, value in vars(errors).items():
         if name.startswith("EXIT_"):
             out.append(f"| {value} | `{name}` | {_cell(found.get(name) or meaning.get(name, ''))} |")
-    out += ["", _docstring(errors), ""]
+    out += ["", "A usage or environment error (an unknown candidate, an unavailable backend, an "
+            "impossible world size, a report directory that cannot be written) is one line on "
+            "stderr, `ddp-conformance: error: ...`, before any rank starts. An interrupted run "
+            "(SIGTERM, SIGINT) ends every rank, writes the reports of the cases finished so far "
+            "marked incomplete, and exits within 30 s of the signal.", ""]
     return "\n".join(out)
 
 
@@ -200,12 +211,29 @@ def _field_comments(cls: type) -> list[tuple[str, str, str]]:
     rows = []
     for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            comment, i = [], node.lineno - 2
+            comment: list[str] = []
+            i = node.lineno - 2
             while i >= 0 and lines[i].strip().startswith("#:"):
                 comment.insert(0, lines[i].strip()[2:].strip())
                 i -= 1
             rows.append((node.target.id, ast.unparse(node.annotation), " ".join(comment)))
     return rows
+
+
+#: What a result field means, where its declaration carries no ``#:`` comment.
+RESULT_FIELDS = {
+    "scenario": "the scenario id", "candidate": "the candidate's SPEC",
+    "verdict": "PASS, FAIL, ERROR, TIMEOUT, CRASH, N/A, XFAIL or XPASS",
+    "world_size": "ranks", "backend": "the process-group backend", "device": "cpu or cuda",
+    "duration_s": "the case's wall time", "reason": "why, in one line (N/A, ERROR, TIMEOUT, CRASH)",
+    "failures": "each failed check: check id, step, rank, parameter, message",
+    "figures": "per step, rank and parameter: max abs, max rel and max ULP error, and the "
+               "tolerance, against the oracle and the reference",
+    "tracebacks": "each raising rank's traceback", "stacks": "each stuck rank's Python stack",
+    "exit_codes": "each dead rank's exit code or signal",
+    "expectation": "the expectations-file entry that matched (XFAIL, XPASS)",
+    "checks_run": "the check ids applied",
+}
 
 
 def result_fields() -> list[str]:
@@ -221,7 +249,7 @@ def _run_keys() -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "type"
                                               for k in node.keys):
-            return [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            return [str(k.value) for k in node.keys if isinstance(k, ast.Constant)]
     return []
 
 
@@ -244,10 +272,10 @@ def results_page() -> str:
            "One line per case, `{\"type\": \"result\", ...}` with the fields of "
            "`ddp_conformance.judge.verdict.Result`:", "",
            "| field | type | meaning |", "|---|---|---|"]
-    out += [f"| `{name}` | `{_cell(ann)}` | {_cell(doc)} |" for name, ann, doc in
-            _field_comments(Result)]
+    out += [f"| `{name}` | `{_cell(ann)}` | {_cell(doc or RESULT_FIELDS.get(name, ''))} |"
+            for name, ann, doc in _field_comments(Result)]
     out += ["", "## The `diagnosis` records", "",
-            "One line per candidate with unexpected verdicts, written before the `end` line: "
+            "One line per candidate whose run had unexpected verdicts: "
             "`{\"type\": \"diagnosis\", \"candidate\": SPEC, \"findings\": [{\"code\", "
             "\"summary\", \"cases\", \"first_case\", ...}]}`. `code` is a stable cause code (a "
             "public contract: match on it in scripts), `summary` one line in the user's words, "

@@ -1,8 +1,6 @@
-"""The registry: named units, declared ids enforced, the README's table in step with it."""
+"""The registry: named units, declared ids enforced (the documentation's checks page is read
+from it: tests/test_docs_reference.py)."""
 from __future__ import annotations
-
-import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,31 +9,8 @@ from ddp_conformance.judge.checks import declared_ids, registered
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.registry import Context, check, values
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
 UNITS_IN_ORDER = ["expected_error", "init", "oracle", "replica", "reference", "trace.dtype",
                   "trace.no_sync", "trace.reduced_once", "trace.consistent", "trace.buckets"]
-
-
-def readme_check_ids() -> list[str]:
-    """The backticked ids in the first column of README's "What every scenario checks"
-    table."""
-    lines = README.read_text().splitlines()
-    start = lines.index("### What every scenario checks")
-    rows: list[str] = []
-    for line in lines[start + 1:]:
-        if line.startswith("#"):
-            break
-        if line.startswith("|"):
-            rows.append(line)
-        elif rows:
-            break  # the table ended
-    assert len(rows) > 2, "no check table under 'What every scenario checks'"
-    ids: list[str] = []
-    for row in rows[2:]:  # header and separator
-        first = row.strip("|").split("|")[0]
-        ids += re.findall(r"`([^`]+)`", first)
-    return ids
 
 
 def test_units_run_in_order_and_declare_disjoint_ids() -> None:
@@ -57,12 +32,6 @@ def test_the_units_declare_the_ids_of_the_spec() -> None:
     for name in UNITS_IN_ORDER:
         if name.startswith("trace.") or name == "expected_error":
             assert by_unit[name] == {name}
-
-
-def test_the_readme_table_lists_exactly_the_registry_ids() -> None:
-    listed = readme_check_ids()
-    assert len(listed) == len(set(listed)), "an id listed twice"
-    assert set(listed) == set(declared_ids())
 
 
 def test_reporting_an_undeclared_id_raises() -> None:
