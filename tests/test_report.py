@@ -279,3 +279,22 @@ def test_html_screenshot_in_headless_chromium(tmp_path: Path) -> None:
         pytest.skip("chromium too slow on this machine now")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "shot.png").stat().st_size > 20_000
+
+
+def test_without_matplotlib_the_timing_tables_stay_and_the_plots_are_left_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """matplotlib is the ``plots`` extra, not a runtime dependency: a run's report set is
+    written without it, the timing section's tables included, its PNG plots left out."""
+    pytest.importorskip("matplotlib")
+    from ddp_conformance.report import plots
+
+    bench = bench_json(1.0, 0.01)
+    with_plots = write_run(tmp_path / "with", sample_results(), bench)
+    assert plots.step_times(bench) is not None
+    assert 'alt="step times"' in (with_plots / "report.html").read_text()
+
+    monkeypatch.setattr(plots, "plt", None)
+    assert plots.step_times(bench) is None
+    html = (write_run(tmp_path / "without", sample_results(), bench) / "report.html").read_text()
+    assert "data:image/png" not in html and 'alt="step times"' not in html
+    assert "step ms median [IQR]" in html  # the timing table
