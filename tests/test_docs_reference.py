@@ -128,3 +128,11 @@ def test_the_built_reference_names_every_option_check_and_scenario(built: Path) 
     assert not missing(page["checks"], declared_ids())
     assert not missing(page["scenarios"], expected_scenarios())
     assert not missing(page["results"], [f.strip("`") for f in expected_results()])
+
+
+def test_the_tutorial_shows_the_example_file_it_ships() -> None:
+    """The tutorial's DDP is docs/examples/my_ddp.py, which a reader may copy instead."""
+    page = (DOCS / "tutorial" / "first-ddp.md").read_text()
+    shown = next(block for block in re.findall(r"```python\n(.*?)```", page, re.S)
+                 if "class MyDDP" in block)
+    assert shown.strip() in (DOCS / "examples" / "my_ddp.py").read_text()

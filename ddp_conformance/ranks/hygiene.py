@@ -51,7 +51,8 @@ from ddp_conformance.ranks.orphans import end_descendants
 
 #: Growth of resident memory over the rank's start-up that retires it (memory a job kept
 #: cannot be handed back). Torch's DDP and the reference stay far below this over the
-#: whole catalog (see the README); a candidate that keeps a GiB is reported and replaced.
+#: whole catalog (docs/benchmarks.md: 4 MiB over ten repeats); a candidate that keeps a
+#: GiB is reported and replaced.
 RSS_RETIRE_MIB = 1024.0
 
 #: Modules whose functions and classes are torch's surface: a replaced one retires the rank.
