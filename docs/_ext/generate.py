@@ -37,6 +37,11 @@ def _cell(text: str) -> str:
     return " ".join(_md(text).split())
 
 
+def _sentence(text: str) -> str:
+    text = _cell(text)
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
 def _docstring(obj: Any) -> str:
     return _md(textwrap.dedent(inspect.getdoc(obj) or "").strip())
 
@@ -65,9 +70,10 @@ def _flags(action: argparse.Action) -> str:
 
 
 def _default(action: argparse.Action) -> str:
-    if not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
+    default = action.default
+    if not action.option_strings or default is None or default is False or default == argparse.SUPPRESS:
         return ""
-    return f"`{action.default}`"
+    return f"`{default}`"
 
 
 def _long_flags(action: argparse.Action) -> list[str]:
@@ -97,7 +103,7 @@ def cli_page() -> str:
             for name, (help_, _) in commands.items()]
     out.append("")
     for name, (help_, sub) in commands.items():
-        out += [f"({'cmd-' + name})=", f"## `ddp-conformance {name}`", "", _cell(help_) + ".", "",
+        out += [f"({'cmd-' + name})=", f"## `ddp-conformance {name}`", "", _sentence(help_), "",
                 "| option | default | what it does |", "|---|---|---|"]
         for action in sub._actions:
             if "--help" in action.option_strings:
