@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +25,7 @@ import pytest
 from ddp_conformance.errors import EXIT_FAILED, EXIT_OK, EXIT_SIGTERM, EXIT_USAGE
 from ddp_conformance.judge.checks import declared_ids
 from ddp_conformance.options import OPTIONS, PYTEST
+from tests.deadlines import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -136,3 +140,31 @@ def test_the_tutorial_shows_the_example_file_it_ships() -> None:
     shown = next(block for block in re.findall(r"```python\n(.*?)```", page, re.S)
                  if "class MyDDP" in block)
     assert shown.strip() in (DOCS / "examples" / "my_ddp.py").read_text()
+
+
+#: Opt-in (it starts ranks, about 20-40 s): ``DDP_TEST_TUTORIAL=1`` runs the tutorial's steps.
+TUTORIAL = "DDP_TEST_TUTORIAL"
+#: The tutorial's fix: divide, then sum.
+FIX = ("        dist.all_reduce(p.grad, group=self.process_group)  # sums over the ranks",
+       "        p.grad.div_(self.world_size)  # DDP divides first, then sums: the mean\n"
+       "        dist.all_reduce(p.grad, group=self.process_group)")
+
+
+def _run_gradients(directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ddp_conformance", "run", "--candidate",
+                           "my_ddp:MyDDP", "-k", "gradients"], cwd=directory, text=True,
+                          capture_output=True, timeout=deadline(120))
+
+
+@pytest.mark.skipif(not os.environ.get(TUTORIAL), reason=f"{TUTORIAL}=1 runs the tutorial")
+def test_the_tutorial_finds_the_planted_bug_and_its_fix_passes(tmp_path: Path) -> None:
+    shutil.copy(DOCS / "examples" / "my_ddp.py", tmp_path / "my_ddp.py")
+    planted = _run_gradients(tmp_path)
+    assert planted.returncode == 1, planted.stderr
+    assert "5 FAIL, 1 N/A" in planted.stdout and "oracle.grad: step 0" in planted.stdout
+    source = (tmp_path / "my_ddp.py").read_text()
+    assert FIX[0] in source
+    (tmp_path / "my_ddp.py").write_text(source.replace(FIX[0], FIX[1]))
+    fixed = _run_gradients(tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "1 N/A, 5 PASS" in fixed.stdout
