@@ -138,6 +138,16 @@ def save() -> None:
         cov.save()
 
 
+def switch_context(label: str) -> None:
+    """Attribute what this process executes from now on to ``label`` (coverage.py's
+    dynamic context; a no-op without coverage). A rank names each job's case so, e.g.
+    ``mlp-sgd[torch]``: the data then say which cases ran each line
+    (``coverage.CoverageData.contexts_by_lineno``); lines run before the first job (module
+    imports) keep the empty context."""
+    if _ACTIVE is not None:
+        _ACTIVE.switch_context(label)
+
+
 def clear_data(setup: CoverageSetup) -> None:
     """Remove an earlier run's data files from the data directory: called once per run,
     before any of its processes measures (pytest-xdist: by the controller)."""

@@ -26,10 +26,12 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
+from ddp_conformance.ranks import coverage_hook
 from ddp_conformance.ranks.leaks import Hygiene
 from ddp_conformance.ranks.messages import (
     Done,
     Exit,
+    Job,
     Raised,
     Ready,
     Release,
@@ -91,6 +93,7 @@ def _serve_jobs(conn: Connection, runtime: RankRuntime, fingerprint: Fingerprint
                 _leave()  # its exit closes the connections the groups still hold
             continue
         assert isinstance(message, RunJob), message
+        coverage_hook.switch_context(_context(message.job))
         answer = runtime.execute(message.job)
         if isinstance(answer, Raised) and may_stay(answer, message.job.trace) \
                 and _safely(runtime.cleaned_up):
@@ -103,6 +106,14 @@ def _serve_jobs(conn: Connection, runtime: RankRuntime, fingerprint: Fingerprint
             # objects (a DDP reducer) still hold it; exiting does, which releases peers
             # blocked in a collective with this rank at once.
             _leave()
+
+
+def _context(job: Job) -> str:
+    """The coverage context of ``job``: its case id ``scenario-id[candidate]``, or the
+    function a call job runs."""
+    if job.scenario is not None:
+        return f"{job.scenario.id}[{job.candidate}]"
+    return job.function
 
 
 def _checked(answer: Done | Raised, fingerprint: Fingerprint) -> Done | Raised:
@@ -121,8 +132,6 @@ def _checked(answer: Done | Raised, fingerprint: Fingerprint) -> Done | Raised:
 def _leave() -> None:
     """Exit at once (no interpreter shutdown: C++ objects may still hold the groups),
     ending every process a job started here and keeping what ``--coverage`` measured."""
-    from ddp_conformance.ranks import coverage_hook
-
     end_descendants()
     coverage_hook.save()
     os._exit(0)
@@ -196,8 +205,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parent-pid", type=int, default=0)
     parser.add_argument("--preload", default="", help="candidate specs, comma-separated")
     args = parser.parse_args(argv)
-    from ddp_conformance.ranks import coverage_hook
-
     coverage_hook.start_from_env()  # before torch: module-level lines of a target count
     if args.parent_pid:
         die_with_parent(args.parent_pid)

@@ -1,0 +1,50 @@
+"""Candidate specs of the mutants: ``--candidate benchmarks.mutation.live:<mutant id>``.
+
+``benchmarks.mutation.live:distributed/AddNot/17`` is torch's DDP with that one mutation
+(:mod:`benchmarks.mutation.install`); ``benchmarks.mutation.live:identity`` is torch's DDP
+built the same way without one (the control: it passes what torch passes). Resolving a spec
+executes nothing of the mutant (the pool's zygote resolves every candidate): the mutated
+module is built at the candidate's first ``wrap``, in a rank. Run from the repository root,
+which the harness puts on the import path.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ddp_conformance.contract.adapter import Adapter
+from ddp_conformance.contract.candidate import Candidate
+from ddp_conformance.contract.ddp_like import ddp_like_candidate
+
+from benchmarks.mutation.population import IDENTITY, parse_id
+
+
+def candidate(mutant_id: str) -> Candidate:
+    """The candidate of ``mutant_id``: torch's DDP's capabilities and constructor (the
+    mutated class has the same), a ``wrap`` that builds the mutant in the rank."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if mutant_id != IDENTITY:
+        parse_id(mutant_id)
+    name = f"mutant {mutant_id}"
+
+    def wrap(module: torch.nn.Module, process_group: object, device: torch.device,
+             **ddp_options: object) -> Adapter:
+        from benchmarks.mutation.install import ddp_class
+
+        return ddp_like_candidate(name, ddp_class(mutant_id)).wrap(
+            module, process_group, device, **ddp_options)
+
+    base = ddp_like_candidate(name, DistributedDataParallel, torch.__version__,
+                              f"torch's DDP with the mutation {mutant_id}")
+    return dataclasses.replace(base, wrap=wrap)
+
+
+def __getattr__(name: str) -> Candidate:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    try:
+        return candidate(name)
+    except ValueError as exc:
+        raise AttributeError(f"{name}: not a mutant id ({exc})") from None
