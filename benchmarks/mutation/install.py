@@ -77,7 +77,8 @@ def _execute(mutant_id: str, key: str, source: str,
                                          "__import__": _importer(redirect)})
     sys.modules[name] = module
     try:
-        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - the mutant
+        # dont_inherit: not this module's own `from __future__ import annotations`
+        exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
     except Exception as exc:  # noqa: BLE001 - any failure at import: incompetent
         sys.modules.pop(name, None)
         raise MutantDoesNotImport(f"mutant {mutant_id} does not import: "

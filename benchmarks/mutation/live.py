@@ -13,11 +13,10 @@ import dataclasses
 
 import torch
 
+from benchmarks.mutation.population import IDENTITY, parse_id
 from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.ddp_like import ddp_like_candidate
-
-from benchmarks.mutation.population import IDENTITY, parse_id
 
 
 def candidate(mutant_id: str) -> Candidate:

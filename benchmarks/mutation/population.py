@@ -62,6 +62,8 @@ class Mutant:
     first_line: int  # the mutated node's lines
     last_line: int
     statement_line: int  # the first line of the statement that holds it
+    #: The changed lines, ``- old`` / ``+ new`` (filled in when sampled, for the docs).
+    change: str = ""
 
     @property
     def lines(self) -> range:
@@ -135,6 +137,19 @@ def save(mutants: list[Mutant], path: Path) -> None:
 
 def load(path: Path) -> list[Mutant]:
     return [Mutant(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+def describe(mutant: Mutant) -> Mutant:
+    """``mutant`` with its :attr:`Mutant.change` filled in (generates its source)."""
+    import dataclasses
+    import difflib
+
+    before = TARGETS[mutant.target].file.read_text().splitlines()
+    after = mutated_source(mutant.id).splitlines()
+    lines = [line for line in difflib.unified_diff(before, after, lineterm="", n=0)
+             if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    change = " / ".join(f"{line[0]} {line[1:].strip()}" for line in lines)
+    return dataclasses.replace(mutant, change=change)
 
 
 def mutated_source(mutant_id: str) -> str:

@@ -1,0 +1,66 @@
+"""Which scenarios run a mutated line: per-case coverage contexts, measured once.
+
+``python benchmarks/mutation_score.py --measure-coverage`` runs the catalog on torch's DDP
+at each world size with ``--coverage`` on every target; each rank labels what it executes
+with the case it runs (``scenario-id[torch]``: ``ddp_conformance.ranks.coverage_hook``).
+:class:`Reach` reads those data: a mutant's scenarios are those whose ``[torch]`` case
+executed one of its lines (:attr:`Mutant.lines`); a line run only while a module was
+imported (the empty context: ``def``/``class`` statements, module constants) is reached by
+every scenario; a line no ``[torch]`` case ran is **not reached** and its mutant is not run.
+Only scenarios torch's DDP passes are kept (a scenario torch fails, an expected failure of
+torch's, cannot tell a mutant from torch), ordered cheapest first (their time in the run).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.mutation.population import TARGETS, Mutant
+
+SUFFIX = "[torch]"
+
+
+@dataclass
+class Reach:
+    """The coverage contexts of one world size's torch run."""
+
+    world_size: int
+    #: target key -> line -> scenario ids whose torch case ran it ('' : at import)
+    lines: dict[str, dict[int, set[str]]]
+    #: scenario id -> its duration, for those torch passed
+    passed: dict[str, float]
+
+    @classmethod
+    def read(cls, report_dir: Path, world_size: int) -> Reach:
+        import coverage
+
+        data = coverage.CoverageData(str(report_dir / "coverage" / ".coverage"))
+        data.read()
+        by_file = {str(Path(f).resolve()): f for f in data.measured_files()}
+        lines: dict[str, dict[int, set[str]]] = {}
+        for key, target in TARGETS.items():
+            measured = by_file.get(str(target.file.resolve()))
+            contexts = data.contexts_by_lineno(measured) if measured else {}
+            lines[key] = {n: {_scenario(c) for c in cs if c == "" or c.endswith(SUFFIX)}
+                          for n, cs in contexts.items()}
+        passed = {}
+        for row in map(json.loads, (report_dir / "results.jsonl").read_text().splitlines()):
+            if row.get("type") == "result" and row.get("verdict") == "PASS":
+                passed[row["scenario"]] = float(row["duration_s"])
+        return cls(world_size, lines, passed)
+
+    def scenarios(self, mutant: Mutant) -> list[str] | None:
+        """The scenarios (torch passes them) that run ``mutant``'s lines, cheapest first;
+        None when no torch case runs them (not reached)."""
+        runs: set[str] = set()
+        for line in mutant.lines:
+            runs |= self.lines[mutant.target].get(line, set())
+        if not runs:
+            return None
+        chosen = set(self.passed) if "" in runs else runs & set(self.passed)
+        return sorted(chosen, key=lambda s: (self.passed[s], s))
+
+
+def _scenario(context: str) -> str:
+    return context.removesuffix(SUFFIX)

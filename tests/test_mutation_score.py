@@ -1,0 +1,65 @@
+"""The mutation-score benchmark's pieces that need no rank (``benchmarks/mutation``).
+
+The measurement itself (mutants against the catalog) is a benchmark, not a test:
+``python benchmarks/mutation_score.py --run``. Here: the generated page is fresh, the
+classification is well-formed and names only measured survivors, and a mutant's comm hook
+reaches the mutated module.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.mutation import install, page, verdicts  # noqa: E402
+from benchmarks.mutation.measure import read_outcomes  # noqa: E402
+from benchmarks.mutation.population import TARGETS, load  # noqa: E402
+
+HOOKS = TARGETS["default_hooks"]
+
+
+def test_docs_page_is_fresh() -> None:
+    assert page.DOC.read_text() == page.render(), \
+        "docs/mutation.md is stale: python benchmarks/mutation_score.py --docs"
+
+
+def test_every_verdict_names_a_measured_survivor() -> None:
+    sample = {m.id for m in load(page.HERE / "sample.jsonl")}
+    outcomes = read_outcomes(page.HERE / "results" / "baseline.jsonl")
+    for mutant_id, verdict in verdicts.read().items():
+        assert mutant_id in sample, mutant_id
+        assert outcomes[mutant_id].status in ("survived", "not reached"), mutant_id
+        assert verdict.cls != "gap" or verdict.fixed_by, f"{mutant_id}: a gap names its fix"
+
+
+def test_verdicts_refuse_an_unknown_class(tmp_path: Path) -> None:
+    bad = tmp_path / "v.toml"
+    bad.write_text('["distributed/AddNot/1"]\nclass = "harmless"\nreason = "x"\n')
+    try:
+        verdicts.read(bad)
+    except ValueError as exc:
+        assert "needs class" in str(exc)
+    else:
+        raise AssertionError("an unknown class was accepted")
+
+
+def test_a_hook_closure_is_rebuilt_from_the_mutated_module() -> None:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    source = HOOKS.file.read_text()
+    mutated = install._execute("test", "default_hooks", source, {})
+    modules = {HOOKS.module: mutated}
+    plain = install.translate(default_hooks.allreduce_hook, modules)
+    assert plain is mutated.allreduce_hook
+    wrapped = install.translate(default_hooks.fp16_compress_wrapper(default_hooks.allreduce_hook),
+                                modules)
+    assert wrapped.__globals__ is mutated.__dict__
+    cells = dict(zip(wrapped.__code__.co_freevars,
+                     (c.cell_contents for c in wrapped.__closure__), strict=True))
+    assert cells["hook"] is mutated.allreduce_hook
+    other = functools.partial(print)
+    assert install.translate(other, modules) is other  # not a hook of the mutated module
