@@ -77,7 +77,8 @@ def _version(dist: str) -> str:
         return ""
 
 
-def run(results: str, timeout_s: float, batch: int, only: list[str] | None) -> None:
+def run(results: str, timeout_s: float, batch: int, only: list[str] | None,
+        part: tuple[int, int] = (0, 1)) -> None:
     from benchmarks.mutation.measure import measure
     from benchmarks.mutation.select import Reach
 
@@ -86,6 +87,7 @@ def run(results: str, timeout_s: float, batch: int, only: list[str] | None) -> N
         pop.mutated_source(m.id)
     if only is not None:
         sample = [m for m in sample if m.id in only]
+    sample = sample[part[0]::part[1]]
     reaches = {ws: Reach.read(coverage_dir(ws), ws) for ws in (2, 3)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     measure(sample, reaches, RESULTS / f"{results}.jsonl", timeout_s, batch)
@@ -102,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=[], help="these mutant ids only")
     parser.add_argument("--gaps", action="store_true",
                         help="only the mutants verdicts.toml classifies as gaps")
+    parser.add_argument("--part", default="0/1",
+                        help="K/N: every N-th mutant from the K-th (N processes side by side, "
+                             "one results file)")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-case deadline (s)")
     parser.add_argument("--batch", type=int, default=25, help="mutants per rank pool")
     parser.add_argument("--docs", action="store_true")
@@ -120,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             from benchmarks.mutation.verdicts import read
 
             only += [i for i, v in read().items() if v.cls == "gap"]
+        k, _, n = args.part.partition("/")
         run(args.results, args.timeout, args.batch,
-            only if args.only or args.gaps else None)
+            only if args.only or args.gaps else None, (int(k), int(n)))
     if args.docs or args.check_docs:
         from benchmarks.mutation.page import DOC, render
 

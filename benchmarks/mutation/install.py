@@ -17,8 +17,9 @@ Nothing of torch is patched. When a rank first wraps a model for mutant ``M``:
    the harness built with torch's own modules: a comm hook of the mutated hook module
    (:func:`translate`: the function of the same name, a closure rebuilt by calling the
    mutated module's factory, e.g. ``fp16_compress_wrapper(allreduce_hook)``, and a state
-   object moved to the mutated module's class, e.g. ``PowerSGDState``), and a buffer-hook
-   location given as torch's enum.
+   object rebuilt by the mutated module's class from its attributes, so that the mutated
+   constructor runs, e.g. ``PowerSGDState``), and a buffer-hook location given as torch's
+   enum.
 
 The harness's own process never executes a mutant: the candidate (:mod:`.live`) is only
 resolved there and in the pool's zygote; the exec happens at the first ``wrap`` in a
@@ -26,10 +27,12 @@ rank, and the rank keeps the last mutant it built (one at a time: its modules re
 previous mutant's in ``sys.modules``). What the mutated code changes in the rank's state is
 the hygiene's business as for any candidate. The reference DDP and the oracle never see it.
 
-Not reached this way: ``Join`` constructed by the harness itself (the ZeroRedundancyOptimizer
-scenario joins the DDP and the optimizer with torch's ``Join``), and torch's other modules
-that import a hook module directly (``torch.distributed.algorithms._optimizer_overlap``'s
-own state classes are torch's, though the hooks it registers are translated).
+Where the harness builds a ``Join`` itself (the DDP and a ZeroRedundancyOptimizer), the
+mutant's adapter (:mod:`.live`) uses the mutant's ``Join`` class. Not reached: torch's
+other modules that import a hook module directly (``torch.distributed.algorithms.
+_optimizer_overlap``'s own state classes are torch's, though the hooks it registers are
+translated), and ZeroRedundancyOptimizer's own ``Join.notify_join_context`` (torch's class,
+reading the configuration the mutant's ``Join`` set).
 """
 from __future__ import annotations
 
@@ -135,11 +138,36 @@ def translate(obj: Any, mutated: dict[str, types.ModuleType]) -> Any:
     module = mutated.get(type(obj).__module__)
     new_class = getattr(module, type(obj).__qualname__, None) if module else None
     if isinstance(new_class, type) and new_class is not type(obj):
+        rebuilt = _rebuilt(obj, new_class)
+        if rebuilt is not None:
+            return rebuilt
         try:
             obj.__class__ = new_class
         except TypeError:
             pass
     return obj
+
+
+def _rebuilt(obj: Any, new_class: type) -> Any:
+    """``new_class`` constructed from ``obj``'s attributes of the constructor's parameter
+    names (torch's hook states keep their arguments so: ``PowerSGDState``,
+    ``PostLocalSGDState``), so that the mutated constructor runs; a parameter ``obj`` lacks
+    keeps its default (``random_seed``: the catalog passes torch's default, 0). None when a
+    required one is missing. The mutated constructor's own errors propagate (the user's
+    registration would raise them)."""
+    try:
+        params = inspect.signature(new_class).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kwargs = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if hasattr(obj, p.name):
+            kwargs[p.name] = getattr(obj, p.name)
+        elif p.default is p.empty:
+            return None
+    return new_class(**kwargs)
 
 
 def _translate_function(fn: types.FunctionType,

@@ -10,13 +10,16 @@ which the harness puts on the import path.
 from __future__ import annotations
 
 import dataclasses
+import sys
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
 from benchmarks.mutation.population import IDENTITY, parse_id
 from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
-from ddp_conformance.contract.ddp_like import ddp_like_candidate
+from ddp_conformance.contract.ddp_like import DDPLikeAdapter, ddp_like_candidate
 
 
 def candidate(mutant_id: str) -> Candidate:
@@ -32,12 +35,30 @@ def candidate(mutant_id: str) -> Candidate:
              **ddp_options: object) -> Adapter:
         from benchmarks.mutation.install import ddp_class
 
-        return ddp_like_candidate(name, ddp_class(mutant_id)).wrap(
+        adapter = ddp_like_candidate(name, ddp_class(mutant_id)).wrap(
             module, process_group, device, **ddp_options)
+        adapter.__class__ = _MutantJoinAdapter
+        return adapter
 
     base = ddp_like_candidate(name, DistributedDataParallel, torch.__version__,
                               f"torch's DDP with the mutation {mutant_id}")
     return dataclasses.replace(base, wrap=wrap)
+
+
+class _MutantJoinAdapter(DDPLikeAdapter):
+    """The harness's adapter, except that Join over the DDP and a joinable optimizer
+    (ZeroRedundancyOptimizer) is the mutant's ``Join`` (the class its ``join()`` uses), so
+    that a mutant of ``join.py`` is reached there too."""
+
+    def join(self, **join_kwargs: Any) -> AbstractContextManager[None]:
+        from torch.distributed.algorithms.join import Joinable
+
+        if not isinstance(self.optimizer, Joinable):
+            return super().join(**join_kwargs)
+        join = sys.modules[type(self.ddp).__module__].Join
+        throw = join_kwargs.pop("throw_on_early_termination", False)
+        return join([self.ddp, self.optimizer],  # type: ignore[no-any-return]
+                    throw_on_early_termination=throw, **join_kwargs)
 
 
 def __getattr__(name: str) -> Candidate:

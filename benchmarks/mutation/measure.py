@@ -185,8 +185,13 @@ def measure(sample: list[Mutant], reaches: dict[int, Reach], out: Path,
             runnable.append(m)
     now = [m for m in runnable if reaches[WORLD_SIZES[0]].scenarios(m)]
     hunt.run(now, WORLD_SIZES[0])
-    later = [m for m in sample if m.id in hunt.before or
-             (m in runnable and m not in now)]
+    # Survivors argued equivalent or out of reach (verdicts.toml) are not run at 3 ranks:
+    # they do not count in the score whatever happens there.
+    from benchmarks.mutation.verdicts import read
+
+    settled = {i for i, v in read().items() if v.cls != "gap"}
+    later = [m for m in sample if m.id not in settled and
+             (m.id in hunt.before or (m in runnable and m not in now))]
     last = WORLD_SIZES[-1]
     hunt.run([m for m in later if reaches[last].scenarios(m)], last)
     for m in later:  # survived at 2, nothing to run at 3: final as it is

@@ -37,12 +37,12 @@ def classify(sample: list[Mutant], outcomes: dict[str, Outcome],
     rows = []
     for m in sample:
         o = outcomes.get(m.id)
-        if o is None or o.partial:
-            continue
+        v = verdicts.get(m.id)
+        if o is None:
+            continue  # not measured yet
         if o.status in (*DETECTED, "incompetent"):
             rows.append(Row(m, o, o.status))
             continue
-        v = verdicts.get(m.id)
         if v is not None and v.cls != "gap":
             rows.append(Row(m, o, v.cls, v.reason))
             continue
@@ -243,11 +243,15 @@ the mutant runs there. At the candidate's first `wrap` in a rank:
    hook of the mutated hook module is replaced by the mutated module's function of the same
    name** (a closure such as `fp16_compress_wrapper(allreduce_hook)` or the fused optimizer's
    `_hook_then_optimizer(...)` is rebuilt by calling the mutated factory with the
-   closure's values, translated in turn), and its state object is moved to the mutated
-   class (`PowerSGDState`, `PostLocalSGDState`).
+   closure's values, translated in turn), and its state object is rebuilt by the mutated
+   class from its attributes (`PowerSGDState`, `PostLocalSGDState`: the mutated
+   constructor runs);
+4. where the harness builds a `Join` itself (the DDP with a ZeroRedundancyOptimizer), the
+   mutant's adapter uses the mutant's `Join` class.
 
-Not reached this way: the ZeroRedundancyOptimizer scenario, which the harness joins with
-torch's own `Join` (the DDP's join hook is still the mutant's). The control,
+Not reached this way: ZeroRedundancyOptimizer's own `Join.notify_join_context` (torch's
+class, which reads the configuration the mutant's `Join` set), and the state classes torch's
+fused-optimizer module builds itself. The control,
 `benchmarks.mutation.live:identity` (torch's sources unmutated, built the same way), passes
 every scenario torch passes.
 

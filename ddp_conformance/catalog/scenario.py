@@ -97,6 +97,9 @@ class CommHook(StringEnum):
     BUCKET_POSITION = "bucket_position"
     #: ``fp16_compress_wrapper(allreduce_hook)``: the allreduce hook on a float16 bucket.
     FP16_COMPRESS_WRAPPER = "fp16_compress_wrapper"
+    #: PowerSGD at rank 4 with torch's defaults: small tensors left uncompressed, Q kept
+    #: from the previous step (warm start), tensors of one shape batched.
+    POWERSGD_WARM_START = "powersgd_warm_start"
     #: PowerSGD over the whole bucket as one square matrix (``batched_powerSGD_hook``).
     BATCHED_POWERSGD = "batched_powersgd"
     #: ``post_localSGD_hook`` whose local subgroup is the whole DDP group: a global

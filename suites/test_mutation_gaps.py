@@ -1,0 +1,87 @@
+"""Scenarios added where a mutant of torch's own DDP survived the catalog.
+
+Each mutant is torch 2.13's DDP with one small change (``docs/mutation.md``,
+``benchmarks/mutation_score.py``); a survivor whose change a user can observe on Gloo/CPU
+gets a scenario here that fails it and passes torch's DDP and the reference.
+
+``gaps/delay-all-reduce-odd-sizes``: the delayed parameters share one flat buffer, each
+gradient a view at the running sum of the sizes before it. The catalog's other
+delay-all-reduce scenario delays parameters whose sizes (64 and 4) never share a bit, so
+an offset computed as ``offset | numel`` instead of ``offset + numel`` gives the same
+views; widths of 12 give sizes 144, 12, 48 and 4, where it does not.
+
+``gaps/join-no-sync``: every forward under Join all-reduces whether this iteration's
+backward synchronises, so that joined ranks shadow exactly the synced backwards. The Join
+scenarios all synchronise every backward, where "active ranks report no sync, joined ones
+sync" (inverted) gives the same sum; a no_sync microbatch in each step does not.
+
+``gaps/throw-on-early-termination-even``: the Join scenarios with
+``throw_on_early_termination`` all have uneven inputs and expect the error, so a flag that
+raises at the first check, runs out or not, passes them.
+
+``gaps/fp16-compress-on-pair``: every comm-hook scenario registers its hook on the world's
+DDP, where "the group given" and the world are the same group.
+
+``gaps/powersgd-warm-start``: comm-hooks/powersgd-full-rank compresses every matrix at a
+rank covering it, from a fresh random Q each step. torch's defaults take other paths: small
+tensors (biases, the 4x32 head) left uncompressed and all-reduced as one flat buffer, Q kept
+from the previous step (warm start), tensors of one shape batched (the two 32x32 weights).
+Rank 4 is exact where every gradient matrix has rank <= 4, as with one sample per rank at
+up to 4 ranks, so the oracle's tolerance stays that of rounding (rtol 1e-4, as for the
+full-rank scenario). Its Gram-Schmidt path (ranks up to 2) is not judged: on gradients of
+exactly its rank it loses orthogonality (measured: 0.1 relative error on torch itself).
+"""
+from ddp_conformance import Scenario
+from ddp_conformance.catalog.rules import with_rules
+from ddp_conformance.catalog.scenario import JoinSpec
+
+SCENARIOS = [
+    Scenario("gaps/delay-all-reduce-odd-sizes", "mlp", model_kwargs={"width": 12}, steps=3,
+             barrier_after_backward=True,
+             ddp_options={"delay_all_reduce_named_params": ["2.weight", "2.bias", "4.weight",
+                                                            "4.bias"],
+                          "param_to_hook_all_reduce": "0.weight"},
+             description="delay_all_reduce_named_params over four parameters of sizes "
+                         "144, 12, 48, 4: each at its own offset of the flat buffer"),
+    Scenario("gaps/join-no-sync", "mlp", steps=4, min_world_size=2, join=JoinSpec(),
+             microbatches=2, accumulate="no_sync",
+             description="Join with uneven inputs and a no_sync microbatch in every step: "
+                         "a joined rank shadows only the synced backward"),
+    Scenario("gaps/powersgd-warm-start", "mlp", model_kwargs={"width": 32, "depth": 3},
+             batch_size=1, steps=5, comm_hook="powersgd_warm_start", rtol=1e-4,
+             trace_volume=False,
+             description="PowerSGD at rank 4 on gradients of rank <= 4: two 32x32 weights "
+                         "compressed as one batch, warm-started; the rest uncompressed"),
+    Scenario("gaps/throw-on-early-termination-even", "mlp", steps=3, min_world_size=2,
+             join=JoinSpec(throw_on_early_termination=True, fewer_steps_per_rank=0),
+             description="Join with throw_on_early_termination and even inputs: nobody runs "
+                         "out, so every rank trains its steps"),
+    Scenario("gaps/fp16-compress-on-pair", "mlp", groups=((0, 1),), world_sizes=(3,),
+             comm_hook="fp16_compress", rtol=4e-3,
+             description="fp16_compress_hook on a DDP group of 2 in a world of 3: the hook "
+                         "reduces over the group it is given"),
+]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'gaps/delay-all-reduce-odd-sizes':
+        'The parameters named in delay_all_reduce_named_params are averaged over the ranks '
+        'like any other, whatever their sizes: each has its own slice of the flat buffer '
+        'that carries them.',
+    'gaps/join-no-sync':
+        'Under Join the active ranks tell the joined ones, every iteration, whether this '
+        'backward synchronises: a joined rank shadows the all-reduce of a synced backward '
+        'and nothing inside no_sync, so collectives match and gradients are averaged once '
+        'per step.',
+    'gaps/powersgd-warm-start':
+        "PowerSGD's low-rank reduction is exact on gradients of at most its rank: after the "
+        'uncompressed steps it gives the average up to rounding, with the small tensors '
+        'all-reduced as they are and the rest compressed, batched by shape and warm-started.',
+    'gaps/throw-on-early-termination-even':
+        'throw_on_early_termination raises only once a rank has run out of inputs: with '
+        'even inputs Join checks every iteration and training goes on undisturbed.',
+    'gaps/fp16-compress-on-pair':
+        "torch's compression hooks reduce over the process group they are registered with, "
+        'not the world: a pair inside a world of 3 averages over the pair.',
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)
