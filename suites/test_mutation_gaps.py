@@ -22,6 +22,10 @@ raises at the first check, runs out or not, passes them.
 ``gaps/fp16-compress-on-pair``: every comm-hook scenario registers its hook on the world's
 DDP, where "the group given" and the world are the same group.
 
+``gaps/find-unused-first-bucket``: under find_unused_parameters torch's initial bucket
+layout starts with a bucket of 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``); every other
+model of the catalog fits in it, so its size never showed. Width 512 gives 1.1 MiB.
+
 ``gaps/powersgd-warm-start``: comm-hooks/powersgd-full-rank compresses every matrix at a
 rank covering it, from a fresh random Q each step. torch's defaults take other paths: small
 tensors (biases, the 4x32 head) left uncompressed and all-reduced as one flat buffer, Q kept
@@ -60,6 +64,10 @@ SCENARIOS = [
              comm_hook="fp16_compress", rtol=4e-3,
              description="fp16_compress_hook on a DDP group of 2 in a world of 3: the hook "
                          "reduces over the group it is given"),
+    Scenario("gaps/find-unused-first-bucket", "mlp", model_kwargs={"width": 512}, steps=1,
+             ddp_options={"find_unused_parameters": True},
+             description="find_unused_parameters with the default cap and 1.1 MiB of "
+                         "gradients: a 1 MiB first bucket, then 25 MiB ones"),
 ]
 
 #: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
@@ -83,5 +91,9 @@ RULES = {
     'gaps/fp16-compress-on-pair':
         "torch's compression hooks reduce over the process group they are registered with, "
         'not the world: a pair inside a world of 3 averages over the pair.',
+    'gaps/find-unused-first-bucket':
+        'With find_unused_parameters and the default bucket_cap_mb, DDP starts with a '
+        'first bucket of 1 MiB (the gradients ready first launch early) and buckets of '
+        '25 MiB after it, until the layout is rebuilt.',
 }
 SCENARIOS = with_rules(SCENARIOS, RULES)
