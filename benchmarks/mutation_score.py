@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default="baseline", help="results/NAME.jsonl")
     parser.add_argument("--only", nargs="*", default=[], help="these mutant ids only")
     parser.add_argument("--gaps", action="store_true",
-                        help="only the mutants verdicts.toml classifies as gaps")
+                        help="only the mutants verdicts.toml classifies as gaps with a fix")
     parser.add_argument("--part", default="0/1",
                         help="K/N: every N-th mutant from the K-th (N processes side by side, "
                              "one results file)")
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.gaps:
             from benchmarks.mutation.verdicts import read
 
-            only += [i for i, v in read().items() if v.cls == "gap"]
+            only += [i for i, v in read().items() if v.cls == "gap" and v.fixed_by]
         k, _, n = args.part.partition("/")
         run(args.results, args.timeout, args.batch,
             only if args.only or args.gaps else None, (int(k), int(n)))

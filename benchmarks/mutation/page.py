@@ -102,11 +102,13 @@ def _survivor_rows(rows: list[Row], verdicts: dict[str, Verdict],
         v = verdicts.get(r.mutant.id)
         cls = v.cls if v else ("out-of-reach" if r.cls == "out-of-reach" else r.cls)
         why = v.reason if v else r.reason
-        if v and v.cls == "gap":
+        if v and v.cls == "gap" and v.fixed_by:
             now = after.get(r.mutant.id)
-            caught = f"; now {now.status} by `{now.scenario}` (`{now.check}`)" \
-                if now and now.status in DETECTED else "; not caught yet"
-            why = f"{why} Fixed by {v.fixed_by}{caught}"
+            caught = f": now {now.status} by `{now.scenario}` (`{now.check}`)" \
+                if now and now.status in DETECTED else ": still survives"
+            why = f"{why} **Added**: {v.fixed_by}{caught}."
+        elif v and v.cls == "gap":
+            why = f"{why} **Open.**"
         out.append(f"| `{r.mutant.id}` | {TARGETS[r.mutant.target].path.rsplit('/', 1)[-1]}:"
                    f"{r.mutant.first_line} | `{_cell(r.mutant.change, 110)}` | {cls} | "
                    f"{_cell(why or 'not classified yet', 400)} |")
