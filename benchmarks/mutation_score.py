@@ -35,8 +35,8 @@ SEED = 2013
 SIZE = 320
 
 
-def coverage_dir(world_size: int) -> Path:
-    return COVERAGE_DIR / f"coverage-ws{world_size}"
+def coverage_dir(world_size: int, base: Path = COVERAGE_DIR) -> Path:
+    return base / f"coverage-ws{world_size}"
 
 
 def measure_coverage(world_size: int) -> int:
@@ -78,7 +78,7 @@ def _version(dist: str) -> str:
 
 
 def run(results: str, timeout_s: float, batch: int, only: list[str] | None,
-        part: tuple[int, int] = (0, 1)) -> None:
+        part: tuple[int, int] = (0, 1), coverage: Path = COVERAGE_DIR) -> None:
     from benchmarks.mutation.measure import measure
     from benchmarks.mutation.select import Reach
 
@@ -88,7 +88,7 @@ def run(results: str, timeout_s: float, batch: int, only: list[str] | None,
     if only is not None:
         sample = [m for m in sample if m.id in only]
     sample = sample[part[0]::part[1]]
-    reaches = {ws: Reach.read(coverage_dir(ws), ws) for ws in (2, 3)}
+    reaches = {ws: Reach.read(coverage_dir(ws, coverage), ws) for ws in (2, 3)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     measure(sample, reaches, RESULTS / f"{results}.jsonl", timeout_s, batch)
 
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", default="0/1",
                         help="K/N: every N-th mutant from the K-th (N processes side by side, "
                              "one results file)")
+    parser.add_argument("--coverage-dir", default=str(COVERAGE_DIR),
+                        help="where --measure-coverage's runs are (coverage-ws2, coverage-ws3)")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-case deadline (s)")
     parser.add_argument("--batch", type=int, default=25, help="mutants per rank pool")
     parser.add_argument("--docs", action="store_true")
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             only += [i for i, v in read().items() if v.cls == "gap" and v.fixed_by]
         k, _, n = args.part.partition("/")
         run(args.results, args.timeout, args.batch,
-            only if args.only or args.gaps else None, (int(k), int(n)))
+            only if args.only or args.gaps else None, (int(k), int(n)), Path(args.coverage_dir))
     if args.docs or args.check_docs:
         from benchmarks.mutation.page import DOC, render
 

@@ -125,6 +125,23 @@ def _kills(rows: list[Row], top: int = 15) -> list[str]:
     return out
 
 
+def _killed_rows(rows: list[Row]) -> list[str]:
+    out = ["| mutant | line | change | caught by (ranks) | check |", "|---|---|---|---|---|"]
+    for r in rows:
+        if r.cls in DETECTED:
+            o = r.outcome
+            out.append(f"| `{r.mutant.id}` | {r.mutant.first_line} | "
+                       f"`{_cell(r.mutant.change, 90)}` | `{o.scenario}` ({o.world_size}) | "
+                       f"`{o.check}` |")
+    return out
+
+
+def _world_sizes(outcomes: dict[str, Outcome]) -> str:
+    survivors = [o for o in outcomes.values() if o.status == "survived" and o.id != "identity"]
+    at3 = sum(not o.partial and o.world_size == 3 for o in survivors)
+    return f"{at3} of the {len(survivors)} survivors also ran at 3 ranks"
+
+
 def render() -> str:
     """The whole page."""
     counts, sample, measured, verdicts = _load()
@@ -144,7 +161,10 @@ def render() -> str:
                                  Counter(m.target for m in sample).most_common()),
         minutes=seconds / 60,
         survivors="\n".join(_survivor_rows(rows["baseline"], verdicts, measured["after"])),
-        kills="\n".join(_kills(rows["baseline"])))
+        kills="\n".join(_kills(rows["baseline"])),
+        killed="\n".join(_killed_rows(rows["after"])),
+        ws_before=_world_sizes(measured["baseline"]),
+        ws_after=_world_sizes(read_outcomes(HERE / "results" / "after.jsonl")))
     return text
 
 
@@ -172,7 +192,16 @@ count timeouts); *survived*: every scenario that runs its lines passes, at 2 and
 *not reached*: no scenario runs its lines (measured by coverage); *incompetent*: its module
 does not import (cosmic-ray's operators also rewrite `*args` into invalid syntax).
 Measured on {size} mutants in {minutes:.0f} minutes of mutant runs on a 2-core machine
-shared with other work.
+shared with other work. Before: every mutant at 2 ranks; {ws_before} (a survivor argued
+equivalent or out of reach is not run at 3 ranks: it does not count whatever happens
+there). After: the mutants classified as gaps with a fix, measured again (at 2 ranks, then
+at 3 for what survives); {ws_after}.
+
+What is not judged, stated once: warnings, log records and the statistics PowerSGD keeps
+for its log (`compression_stats()`) are not DDP semantics, so a mutant that only changes
+them is equivalent; a refusal is judged as the catalog's contract says (a clear error on
+every rank, no hang), so a mutant that refuses the same input with another exception is
+equivalent unless `--strict-messages` is given.
 
 ## How the figures are made
 
@@ -180,12 +209,16 @@ shared with other work.
 pip install -e '.[mutation]'                              # cosmic-ray 8.7.0, coverage.py
 python benchmarks/mutation_score.py --measure-coverage    # per-case coverage of torch's run, 2 and 3 ranks
 python benchmarks/mutation_score.py --sample              # seed {seed}: sample.jsonl, population.json
-nice -n 10 python benchmarks/mutation_score.py --run                   # results/baseline.jsonl
+nice -n 10 python benchmarks/mutation_score.py --run      # results/baseline.jsonl
+# ... classify the survivors (verdicts.toml), add scenarios and checks, then:
+python benchmarks/mutation_score.py --measure-coverage    # the new scenarios' coverage
 nice -n 10 python benchmarks/mutation_score.py --run --results after --gaps  # the gaps again
 python benchmarks/mutation_score.py --docs                # this page
 ```
 
-`--run` is resumable (it appends each mutant's outcome to the JSONL file as soon as it is
+`--run --part K/N` splits the sample over N processes side by side (one results file);
+`--coverage-dir` reads coverage measured elsewhere (the baseline's last mutant was run
+against the coverage of the catalog before the new scenarios). `--run` is resumable (it appends each mutant's outcome to the JSONL file as soon as it is
 known and skips those already there). One mutant by hand, as the harness runs it:
 
 ```sh
@@ -273,4 +306,11 @@ take no arguments):
 ## What kills
 
 {kills}
+
+<details><summary>Every detected mutant, with the scenario and check that caught it first
+(after the new scenarios)</summary>
+
+{killed}
+
+</details>
 """

@@ -252,6 +252,21 @@ def _misannotated_return(group, bucket) -> int:  # type: ignore[no-untyped-def]
     return default_hooks.allreduce_hook(group, bucket)  # type: ignore[return-value]
 
 
+def _powersgd_warm_start(process_group: Any) -> tuple[Any, Any]:
+    """PowerSGD at rank 4 with torch's defaults: exact where every gradient matrix has rank
+    <= 4 (one sample per rank, up to 4 ranks: gaps/powersgd-warm-start), since P Q^T then
+    spans it. The default min_compression_rate=2 leaves biases and small matrices
+    uncompressed; warm start keeps Q from the previous step; matrices of one shape are
+    batched."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    state = powerSGD_hook.PowerSGDState(
+        process_group=process_group, matrix_approximation_rank=4, start_powerSGD_iter=2,
+        use_error_feedback=True, warm_start=True, batch_tensors_with_same_shape=True,
+        random_seed=0)
+    return state, powerSGD_hook.powerSGD_hook
+
+
 def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
     """(state, hook) of one of torch's comm hooks, by name; for the ``builtin_`` ones,
     ``(None, dist.BuiltinCommHookType.X)`` (``_register_builtin_comm_hook`` takes the type)."""
@@ -285,15 +300,7 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
             start_powerSGD_iter=2, use_error_feedback=True, warm_start=False, random_seed=0)
         return state, powerSGD_hook.batched_powerSGD_hook
     if name == "powersgd_warm_start":
-        # Rank 4 is exact where every gradient matrix has rank <= 4 (one sample per rank,
-        # up to 4 ranks: gaps/powersgd-warm-start): P Q^T then spans it. The default
-        # min_compression_rate=2 leaves biases and small matrices uncompressed; warm start
-        # keeps Q from the previous step; matrices of one shape are batched.
-        state = powerSGD_hook.PowerSGDState(
-            process_group=process_group, matrix_approximation_rank=4,
-            start_powerSGD_iter=2, use_error_feedback=True, warm_start=True,
-            batch_tensors_with_same_shape=True, random_seed=0)
-        return state, powerSGD_hook.powerSGD_hook
+        return _powersgd_warm_start(process_group)
     if name == "noop":
         return None, debugging_hooks.noop_hook
     if name == "bf16_compress":
