@@ -39,11 +39,11 @@ def coverage_dir(world_size: int, base: Path = COVERAGE_DIR) -> Path:
     return base / f"coverage-ws{world_size}"
 
 
-def measure_coverage(world_size: int) -> int:
+def measure_coverage(world_size: int, slow: bool = False) -> int:
     """The catalog on torch's DDP with per-case coverage of every target."""
     command = [sys.executable, "-m", "ddp_conformance", "run", "--candidate", "torch",
                "--world-size", str(world_size), "--strict-profile",
-               "--report-dir", str(coverage_dir(world_size))]
+               "--report-dir", str(coverage_dir(world_size)), *(["--slow"] if slow else [])]
     for target in pop.TARGETS.values():
         command += ["--coverage", target.module]
     print(" ".join(command[1:]), flush=True)
@@ -78,7 +78,8 @@ def _version(dist: str) -> str:
 
 
 def run(results: str, timeout_s: float, batch: int, only: list[str] | None,
-        part: tuple[int, int] = (0, 1), coverage: Path = COVERAGE_DIR) -> None:
+        part: tuple[int, int] = (0, 1), coverage: Path = COVERAGE_DIR,
+        slow: bool = False) -> None:
     from benchmarks.mutation.measure import measure
     from benchmarks.mutation.select import Reach
 
@@ -90,7 +91,7 @@ def run(results: str, timeout_s: float, batch: int, only: list[str] | None,
     sample = sample[part[0]::part[1]]
     reaches = {ws: Reach.read(coverage_dir(ws, coverage), ws) for ws in (2, 3)}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    measure(sample, reaches, RESULTS / f"{results}.jsonl", timeout_s, batch)
+    measure(sample, reaches, RESULTS / f"{results}.jsonl", timeout_s, batch, slow)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                              "one results file)")
     parser.add_argument("--coverage-dir", default=str(COVERAGE_DIR),
                         help="where --measure-coverage's runs are (coverage-ws2, coverage-ws3)")
+    parser.add_argument("--slow", action="store_true",
+                        help="the --slow scenarios too (coverage and mutant runs)")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-case deadline (s)")
     parser.add_argument("--batch", type=int, default=25, help="mutants per rank pool")
     parser.add_argument("--docs", action="store_true")
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
     if args.measure_coverage:
         for ws in (2, 3):
-            if measure_coverage(ws) not in (0, 1):
+            if measure_coverage(ws, args.slow) not in (0, 1):
                 return 2
     if args.sample:
         write_sample(args.seed, args.size)
@@ -129,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             only += [i for i, v in read().items() if v.cls == "gap" and v.fixed_by]
         k, _, n = args.part.partition("/")
         run(args.results, args.timeout, args.batch,
-            only if args.only or args.gaps else None, (int(k), int(n)), Path(args.coverage_dir))
+            only if args.only or args.gaps else None, (int(k), int(n)), Path(args.coverage_dir),
+            args.slow)
     if args.docs or args.check_docs:
         from benchmarks.mutation.page import DOC, render
 

@@ -24,7 +24,8 @@ DDP, where "the group given" and the world are the same group.
 
 ``gaps/find-unused-first-bucket``: under find_unused_parameters torch's initial bucket
 layout starts with a bucket of 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``); every other
-model of the catalog fits in it, so its size never showed. Width 512 gives 1.1 MiB.
+model of the catalog fits in it, so its size never showed. Width 512 gives 1.1 MiB, whose
+checks take seconds: it runs with ``--slow``.
 
 ``gaps/powersgd-warm-start``: comm-hooks/powersgd-full-rank compresses every matrix at a
 rank covering it, from a fresh random Q each step. torch's defaults take other paths: small
@@ -65,7 +66,7 @@ SCENARIOS = [
              description="fp16_compress_hook on a DDP group of 2 in a world of 3: the hook "
                          "reduces over the group it is given"),
     Scenario("gaps/find-unused-first-bucket", "mlp", model_kwargs={"width": 512}, steps=1,
-             ddp_options={"find_unused_parameters": True},
+             ddp_options={"find_unused_parameters": True}, slow=True,
              description="find_unused_parameters with the default cap and 1.1 MiB of "
                          "gradients: a 1 MiB first bucket, then 25 MiB ones"),
 ]

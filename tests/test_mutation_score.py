@@ -63,3 +63,20 @@ def test_a_hook_closure_is_rebuilt_from_the_mutated_module() -> None:
     assert cells["hook"] is mutated.allreduce_hook
     other = functools.partial(print)
     assert install.translate(other, modules) is other  # not a hook of the mutated module
+
+
+def test_a_mutant_spec_resolves_without_building_the_mutant() -> None:
+    from ddp_conformance.contract.registry import resolve_candidate
+    from ddp_conformance.errors import UsageError
+
+    install._BUILT.clear()
+    torch_ddp = resolve_candidate("torch")
+    mutant = resolve_candidate("benchmarks.mutation.live:distributed/AddNot/105")
+    assert mutant.capabilities == torch_ddp.capabilities
+    assert not install._BUILT  # built at the first wrap, in a rank
+    try:
+        resolve_candidate("benchmarks.mutation.live:nowhere/AddNot/1")
+    except UsageError as exc:
+        assert "nowhere" in str(exc)
+    else:
+        raise AssertionError("a mutant of an unknown file resolved")

@@ -98,8 +98,9 @@ class Hunt:
     """Runs mutants against their scenarios, learning which scenarios kill most."""
 
     def __init__(self, reaches: dict[int, Reach], out: Path, timeout_s: float,
-                 batch: int) -> None:
+                 batch: int, slow: bool = False) -> None:
         self.reaches, self.out, self.timeout_s, self.batch = reaches, out, timeout_s, batch
+        self.slow = slow
         self.kills: Counter[str] = Counter()
         #: Survivors so far (partial outcomes of the world sizes before), by mutant id.
         self.before: dict[str, Outcome] = {}
@@ -130,7 +131,7 @@ class Hunt:
         catalog = {s.id: s for s in load_catalog()}
         reach = self.reaches[world_size]
         config = RunConfig(candidates=[SPEC + m.id for m in mutants], world_size=world_size,
-                           timeout_s=self.timeout_s, strict_profile=True)
+                           timeout_s=self.timeout_s, strict_profile=True, slow=self.slow)
         survivors = []
         with Runner(config) as runner:
             for mutant in mutants:
@@ -162,11 +163,11 @@ class Hunt:
 
 
 def measure(sample: list[Mutant], reaches: dict[int, Reach], out: Path,
-            timeout_s: float = 30.0, batch: int = 25) -> None:
+            timeout_s: float = 30.0, batch: int = 25, slow: bool = False) -> None:
     """Measure every mutant of ``sample`` not yet in ``out`` (resumable: a survivor of
     world size 2, recorded as partial, goes on at 3)."""
     done = read_outcomes(out)
-    hunt = Hunt(reaches, out, timeout_s, batch)
+    hunt = Hunt(reaches, out, timeout_s, batch, slow)
     for o in done.values():  # what killed before goes first again
         if o.status in DETECTED:
             hunt.kills[o.scenario] += 1

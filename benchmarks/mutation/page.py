@@ -211,15 +211,17 @@ python benchmarks/mutation_score.py --measure-coverage    # per-case coverage of
 python benchmarks/mutation_score.py --sample              # seed {seed}: sample.jsonl, population.json
 nice -n 10 python benchmarks/mutation_score.py --run      # results/baseline.jsonl
 # ... classify the survivors (verdicts.toml), add scenarios and checks, then:
-python benchmarks/mutation_score.py --measure-coverage    # the new scenarios' coverage
-nice -n 10 python benchmarks/mutation_score.py --run --results after --gaps  # the gaps again
+python benchmarks/mutation_score.py --measure-coverage --slow   # the new scenarios' coverage
+nice -n 10 python benchmarks/mutation_score.py --run --results after --gaps --slow
 python benchmarks/mutation_score.py --docs                # this page
 ```
 
 `--run --part K/N` splits the sample over N processes side by side (one results file);
 `--coverage-dir` reads coverage measured elsewhere (the baseline's last mutant was run
-against the coverage of the catalog before the new scenarios). `--run` is resumable (it appends each mutant's outcome to the JSONL file as soon as it is
-known and skips those already there). One mutant by hand, as the harness runs it:
+against the coverage of the catalog before the new scenarios); `--slow` includes the
+scenarios behind `--slow` (the after measurement does: one new scenario is slow). `--run`
+is resumable (it appends each mutant's outcome to the JSONL file as soon as it is known
+and skips those already there). One mutant by hand, as the harness runs it:
 
 ```sh
 ddp-conformance run --candidate 'benchmarks.mutation.live:distributed/ReplaceComparisonOperator_Eq_NotEq/5' \\
