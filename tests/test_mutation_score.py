@@ -80,3 +80,36 @@ def test_a_mutant_spec_resolves_without_building_the_mutant() -> None:
         assert "nowhere" in str(exc)
     else:
         raise AssertionError("a mutant of an unknown file resolved")
+
+
+def test_a_rank_labels_what_it_covers_with_its_case() -> None:
+    """The per-case coverage contexts the selection reads (``--coverage`` in the ranks)."""
+    import coverage
+
+    from ddp_conformance.catalog.loader import load_catalog
+    from ddp_conformance.ranks import coverage_hook, worker
+    from ddp_conformance.ranks.messages import Job
+
+    scenario = load_catalog()[0]
+    job = Job(kind="scenario", store_prefix="p", collective_timeout_s=1.0, scenario=scenario,
+              candidate="torch")
+    assert worker._context(job) == f"{scenario.id}[torch]"
+    call = Job(kind="call", store_prefix="p", collective_timeout_s=1.0, function="m:f")
+    assert worker._context(call) == "m:f"
+    coverage_hook.switch_context("nothing measured")  # no coverage: a no-op
+    cov = coverage.Coverage(data_file=None, config_file=False)
+    coverage_hook._ACTIVE = cov
+    try:
+        cov.start()
+        coverage_hook.switch_context("case-a[torch]")
+        _covered_line()
+        cov.stop()
+        data = cov.get_data()
+        lines = data.contexts_by_lineno(__file__)
+    finally:
+        coverage_hook._ACTIVE = None
+    assert any("case-a[torch]" in cs for cs in lines.values())
+
+
+def _covered_line() -> int:
+    return 1
