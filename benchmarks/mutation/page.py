@@ -188,7 +188,8 @@ out of reach.**
 
 *killed*: a scenario FAILs, ERRORs or CRASHes on it; *timeout*: a case ran past its
 deadline (the harness's TIMEOUT: a hang it diagnosed, counted as detected, as mutation tools
-count timeouts); *survived*: every scenario that runs its lines passes, at 2 and at 3 ranks;
+count timeouts); *survived*: every scenario that runs its lines passes (at 2 ranks, and at
+3 where the next paragraph says so);
 *not reached*: no scenario runs its lines (measured by coverage); *incompetent*: its module
 does not import (cosmic-ray's operators also rewrite `*args` into invalid syntax).
 Measured on {size} mutants in {minutes:.0f} minutes of mutant runs on a 2-core machine
