@@ -2,6 +2,8 @@
 modules DDP's constructor must refuse, and a module that names what DDP must ignore."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -78,3 +80,36 @@ def _replicated_batch(gen: torch.Generator, size: int, rank: int, world_size: in
 
 register(ModelSpec("mlp_replicated_data", build_mlp, _replicated_batch, mse,
                    "the MLP on the same batch on every rank"))
+
+
+# --- a memory handed back and fed into the next forward ----------------------------------------
+
+
+class MemoryFedBack(nn.Module):
+    """Transformer-XL's ``mems`` pattern: the forward returns its prediction and a memory
+    for the next forward, made outside autograd (a tensor without ``grad_fn``), and the
+    training loop feeds the memory it was handed back into the next forward. Here the loss
+    (:func:`_memory_loss`) does the feeding: it stores the ``memory`` output it receives on
+    the module, which the next forward adds to its prediction (the first forward adds a
+    fresh one). The memory's value is the same at every forward, so the oracle, which runs
+    every rank's forward on one module, sees the same values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        #: The memory handed back by the previous forward (set by the loss).
+        self.memory: Tensor | None = None
+
+    def forward(self, x: Tensor) -> dict[str, Any]:
+        memory = torch.full((4,), 0.5, device=x.device)
+        previous = self.memory if self.memory is not None else memory
+        return {"pred": self.fc(x) + previous, "memory": memory, "owner": self}
+
+
+def _memory_loss(out: dict[str, Any], target: Tensor) -> Tensor:
+    out["owner"].memory = out["memory"]
+    return nn.functional.mse_loss(out["pred"], target)
+
+
+register(ModelSpec("memory_fed_back", MemoryFedBack, normal_batch((8,), 4), _memory_loss,
+                   "returns a memory made outside autograd, fed into the next forward"))

@@ -1,0 +1,46 @@
+"""Where two features meet: the combinations in which DDP implementations have shipped
+defects (``ddp_conformance/catalog/history.py`` lists them, with the scenarios that guard
+each): Join with a comm hook and with ``no_sync``, a compressing hook's arithmetic near
+float16's range, outputs made outside autograd under ``find_unused_parameters``."""
+from ddp_conformance import Accumulate, JoinSpec, Scenario
+from ddp_conformance.catalog.rules import with_rules
+
+SCENARIOS = [
+    # fp16_compress_hook reduces in float16 (u = 2**-11): the tolerance of
+    # comm-hooks/fp16-compress, argued there. A joined rank must run the same hook on zero
+    # buckets, or its collectives (float32) do not match the active ranks' (float16).
+    Scenario("history/join-fp16-compress-hook", "mlp", steps=4, min_world_size=2,
+             join=JoinSpec(), comm_hook="fp16_compress", rtol=4e-3,
+             description="uneven inputs under Join with fp16_compress_hook registered"),
+    Scenario("history/join-no-sync", "mlp", steps=3, microbatches=2,
+             accumulate=Accumulate.NO_SYNC, min_world_size=2, join=JoinSpec(),
+             description="uneven inputs under Join, two microbatches, the first in no_sync"),
+    # The float16 model whose per-rank gradients are near 65504 (gradients/exact-fp16-near-
+    # range): the hook's buffer is already float16, so dividing before the allreduce keeps
+    # every sum exact and in range, as without a hook.
+    Scenario("history/fp16-compress-near-range", "fp16_overflow", exact=True, lr=2.0**-16,
+             steps=2, min_world_size=2, comm_hook="fp16_compress",
+             description="fp16_compress_hook on float16 gradients whose sum exceeds 65504"),
+    Scenario("history/find-unused-memory-fed-back", "memory_fed_back", steps=3,
+             ddp_options={"find_unused_parameters": True},
+             description="find_unused_parameters; an output made outside autograd is fed "
+                         "into the next forward"),
+]
+
+#: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
+RULES = {
+    'history/join-fp16-compress-hook':
+        "Under Join a joined rank shadows each bucket's reduction through the registered "
+        "comm hook, on zeros, so its collectives match the hook's on the active ranks.",
+    'history/join-no-sync':
+        "Under Join the ranks agree each iteration whether the backward synchronises: a "
+        "joined rank shadows no reduction while the active ranks are inside no_sync.",
+    'history/fp16-compress-near-range':
+        "fp16_compress_hook divides each bucket by the group size before the allreduce: "
+        "float16 gradients whose sum exceeds 65504 still average to finite values.",
+    'history/find-unused-memory-fed-back':
+        "DDP hands back the outputs autograd did not produce (no grad_fn) as they are, "
+        "even under find_unused_parameters: fed into the next forward, they carry no "
+        "history of the previous iteration.",
+}
+SCENARIOS = with_rules(SCENARIOS, RULES)

@@ -1,0 +1,125 @@
+"""Historical defects of torch's DDP, each re-introduced on torch 2.13's own DDP (or on the
+reference DDP) with torch's fix undone: one class per bug of
+``ddp_conformance/catalog/history.py``, its docstring naming the bug. Kept apart from the
+zoo (``tests/mutants/__init__.py``): ``tests/test_bug_history.py`` runs each against the
+scenarios that guard its bug only.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as TorchDDP
+from torch.nn.parallel.distributed import _DDPSink
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+
+class _Bucket:
+    """A ``dist.GradBucket`` seen through a proxy that may answer one question wrong."""
+
+    def __init__(self, bucket: Any) -> None:
+        self._bucket = bucket
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bucket, name)
+
+
+class _IsLastIsFirst(_Bucket):
+    def is_last(self) -> bool:
+        return bool(self._bucket.index() == 0)
+
+
+class IsLastIsFirst(TorchDDP):
+    """pytorch/pytorch#63210 (fixed by #63768, torch 1.10): ``GradBucket.is_last()`` answered
+    whether the bucket was the *first* to be reduced (``index() == 0``), so a hook that ends
+    its iteration on the last bucket (PowerSGD's iteration count) miscounted whenever there
+    were several buckets."""
+
+    def register_comm_hook(self, state: object, hook: Any) -> None:
+        def wrong_is_last(state, bucket):  # type: ignore[no-untyped-def]
+            return hook(state, _IsLastIsFirst(bucket))
+
+        super().register_comm_hook(state, wrong_is_last)
+
+
+class BuffersKeptFromConstruction(TorchDDP):
+    """pytorch/pytorch#63916 (fixed by #64472, torch 1.10): DDP listed the module's buffers
+    once, at construction, and broadcast that list before every forward; a module that
+    reassigns a buffer (``self.mean = ...``) then had its new tensors left rank-local while
+    DDP broadcast the stale ones."""
+
+    def _assign_modules_buffers(self) -> None:
+        if not hasattr(self, "modules_buffers"):
+            super()._assign_modules_buffers()
+
+
+class JoinShadowsWithoutHook(TorchDDP):
+    """pytorch/pytorch#60611 (fixed by #61020, torch 1.10): a joined rank shadowed the
+    backward with a plain allreduce of each zero bucket instead of running the registered
+    comm hook on it, so under a hook that reduces otherwise (float16 compression,
+    PowerSGD's two allreduces) the joined rank's collectives no longer matched."""
+
+    def _match_all_reduce_for_bwd_pass(self) -> None:
+        works = [dist.all_reduce(bucket.buffer(), group=self.process_group, async_op=True)
+                 for bucket in self.reducer._get_zeros_like_grad_buckets()]
+        for work in works:
+            work.wait()
+
+
+class JoinIgnoresNoSync(TorchDDP):
+    """pytorch/pytorch#44425 (fixed in torch 1.7): the ranks did not agree whether the
+    backward synchronises; a joined rank always shadowed the gradient allreduces, while an
+    active rank inside ``no_sync()`` issued none, so their collectives paired wrongly."""
+
+    def _check_global_requires_backward_grad_sync(self, is_joined_rank: bool) -> Any:
+        return True if is_joined_rank else None
+
+
+def _fp16_sum_then_divide(process_group, bucket):  # type: ignore[no-untyped-def]
+    """torch's fp16 hook before the fix (unannotated: torch refuses a ``bucket``
+    annotation that is not ``dist.GradBucket`` itself)."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    world_size = group.size()
+    compressed = bucket.buffer().to(torch.float16)
+    future = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+
+    def decompress(fut: Any) -> torch.Tensor:
+        buffer = bucket.buffer()
+        buffer.copy_(fut.value()[0].div_(world_size))
+        return buffer
+
+    return future.then(decompress)
+
+
+class Fp16CompressDividesAfterSum(TorchDDP):
+    """pytorch/pytorch#57410 (torch 1.9; C++ and the other hooks: #59576, torch 1.10):
+    ``fp16_compress_hook`` summed the float16 buckets and divided by the world size
+    afterwards, so a sum above 65504 overflowed to inf where the mean is in range."""
+
+    def register_comm_hook(self, state: object, hook: Any) -> None:
+        if hook is default_hooks.fp16_compress_hook:
+            hook = _fp16_sum_then_divide
+        super().register_comm_hook(state, hook)
+
+
+class OutputsWithoutHistoryThroughSink(TorchDDP):
+    """pytorch/pytorch#60733 (fixed by #60882, torch 1.10; introduced by #57081): under
+    ``find_unused_parameters`` every output tensor went through ``_DDPSink``, so an output
+    made outside autograd came back with a ``grad_fn``: fed into the next forward
+    (Transformer-XL's memory), its backward ran into the previous iteration's graph."""
+
+    def _post_forward(self, output: Any) -> Any:
+        output = super()._post_forward(output)
+        if not (self.find_unused_parameters and not self.static_graph
+                and torch.is_grad_enabled()):
+            return output
+        flat, spec = tree_flatten(output)
+        tensors = [i for i, t in enumerate(flat) if torch.is_tensor(t)]
+        passed = _DDPSink.apply(weakref.ref(self), *[flat[i] for i in tensors])
+        for i, through in zip(tensors, passed, strict=True):
+            if flat[i].grad_fn is None and not flat[i].requires_grad:
+                flat[i] = through
+        return tree_unflatten(flat, spec)
