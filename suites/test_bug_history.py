@@ -21,6 +21,13 @@ SCENARIOS = [
     Scenario("history/fp16-compress-near-range", "fp16_overflow", exact=True, lr=2.0**-16,
              steps=2, min_world_size=2, comm_hook="fp16_compress",
              description="fp16_compress_hook on float16 gradients whose sum exceeds 65504"),
+    # Rank 0 uses a layer on some microbatches only (the seed makes steps where it uses it
+    # inside no_sync and not in the synced microbatch): the layer is used in the step.
+    Scenario("history/no-sync-find-unused-used-early", "used_on_some_microbatches", steps=4,
+             microbatches=3, accumulate=Accumulate.NO_SYNC,
+             ddp_options={"find_unused_parameters": True},
+             description="find_unused_parameters; a layer used on microbatches inside "
+                         "no_sync, not in the synced one"),
     Scenario("history/find-unused-memory-fed-back", "memory_fed_back", steps=3,
              ddp_options={"find_unused_parameters": True},
              description="find_unused_parameters; an output made outside autograd is fed "
@@ -38,6 +45,10 @@ RULES = {
     'history/fp16-compress-near-range':
         "fp16_compress_hook divides each bucket by the group size before the allreduce: "
         "float16 gradients whose sum exceeds 65504 still average to finite values.",
+    'history/no-sync-find-unused-used-early':
+        "Under find_unused_parameters a parameter counts as used in a step if any "
+        "microbatch of it used it, inside no_sync or not: its accumulated gradient is "
+        "reduced.",
     'history/find-unused-memory-fed-back':
         "DDP hands back the outputs autograd did not produce (no grad_fn) as they are, "
         "even under find_unused_parameters: fed into the next forward, they carry no "

@@ -11,10 +11,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from ddp_reference.reducer import Reducer
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 from torch.nn.parallel.distributed import _DDPSink
 from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ._base import MutantDDP
 
 
 class _Bucket:
@@ -123,3 +126,67 @@ class OutputsWithoutHistoryThroughSink(TorchDDP):
             if flat[i].grad_fn is None and not flat[i].requires_grad:
                 flat[i] = through
         return tree_unflatten(flat, spec)
+
+
+class _UseInsideNoSyncForgotten(Reducer):
+    def autograd_hook(self, index: int) -> None:
+        used = self.local_used[index]
+        super().autograd_hook(index)
+        if not self.expect_autograd_hooks:
+            self.local_used[index] = used
+
+
+class NoSyncUseForgotten(MutantDDP):
+    """pytorch/pytorch#69031 (fixed by #124193, torch 2.4; introduced by #54981): under
+    ``find_unused_parameters`` the reducer recorded a parameter as locally used only in
+    backwards that synchronise, so a parameter used on microbatches inside ``no_sync()``
+    but not in the synced one counted as unused everywhere and its gradient stayed
+    rank-local."""
+
+    reducer_class = _UseInsideNoSyncForgotten
+
+
+class _UnusedGradsZeroed(Reducer):
+    def _globally_unused(self, index: int) -> bool:
+        return False
+
+
+class UnusedGradsZeroed(MutantDDP):
+    """pytorch/pytorch#28294 (fixed by #28883, torch 1.4): a parameter no rank used got a
+    zero gradient from the reduction instead of keeping ``None``, so an optimizer could not
+    tell it apart from a parameter whose gradient is zero (momentum and weight decay moved
+    it)."""
+
+    reducer_class = _UnusedGradsZeroed
+
+
+class HookSeesPredividedBuckets(TorchDDP):
+    """pytorch/pytorch#42400 (torch 1.7): the reducer divided every bucket by the world
+    size before handing it to the comm hook, so a hook that averages (``allreduce_hook``
+    divides itself) produced gradients divided twice."""
+
+    def register_comm_hook(self, state: object, hook: Any) -> None:
+        world_size = self.process_group.size()
+
+        def predivided(state, bucket):  # type: ignore[no-untyped-def]
+            bucket.buffer().div_(world_size)
+            return hook(state, bucket)
+
+        super().register_comm_hook(state, predivided)
+
+
+class _ViewsRepointedAtHookResult(Reducer):
+    def finalize_backward(self) -> None:
+        super().finalize_backward()
+        for bucket in self.buckets:
+            if not bucket.expect_sparse and bucket.views_out is not bucket.views_in:
+                bucket.views_in = bucket.views_out
+
+
+class HookResultTakesBucketViews(MutantDDP):
+    """pytorch/pytorch#43307 (torch 1.7): when a comm hook's future returned a new tensor,
+    the reducer re-pointed the bucket's views at it, so from the next iteration on the
+    gradients were copied into that tensor while the hook went on reading the bucket's own
+    buffer, stale since the first iteration."""
+
+    reducer_class = _ViewsRepointedAtHookResult

@@ -160,6 +160,19 @@ register(ModelSpec("unused_always_and_alternate", Unused, _alternate_batch, mse,
                    "`never` unused on every rank; `alternate` used on even steps only"))
 
 
+def _sometimes_batch(gen: torch.Generator, size: int, rank: int, world_size: int,
+                     step: int) -> Batch:
+    # Rank 0 uses `alternate` on about half its microbatches (the draw is the batch's own,
+    # so each microbatch decides anew); the other ranks never do.
+    x = torch.randn((size, 8), generator=gen)
+    use = rank == 0 and bool(torch.rand((), generator=gen) < 0.5)
+    return (x, use), torch.randn((size, 4), generator=gen)
+
+
+register(ModelSpec("used_on_some_microbatches", Unused, _sometimes_batch, mse,
+                   "`alternate` used by rank 0 on some microbatches only, `never` unused"))
+
+
 # --- frozen, tied, used twice ----------------------------------------------------------
 
 
