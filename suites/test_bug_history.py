@@ -28,6 +28,12 @@ SCENARIOS = [
              ddp_options={"find_unused_parameters": True},
              description="find_unused_parameters; a layer used on microbatches inside "
                          "no_sync, not in the synced one"),
+    # Join in a group of global ranks 1 and 2 (world of 3): the rank whose buffers all
+    # ranks take is chosen by group rank, and buffers are broadcast within the group.
+    Scenario("history/join-buffers-subgroup", "conv_bn", steps=3, groups=((1, 2),),
+             world_sizes=(3,), join=JoinSpec(),
+             description="uneven inputs under Join with BatchNorm buffers, DDP on a subgroup "
+                         "without global rank 0"),
     Scenario("history/find-unused-memory-fed-back", "memory_fed_back", steps=3,
              ddp_options={"find_unused_parameters": True},
              description="find_unused_parameters; an output made outside autograd is fed "
@@ -49,6 +55,10 @@ RULES = {
         "Under find_unused_parameters a parameter counts as used in a step if any "
         "microbatch of it used it, inside no_sync or not: its accumulated gradient is "
         "reduced.",
+    'history/join-buffers-subgroup':
+        "On a process subgroup DDP works in group ranks: under Join the ranks agree on "
+        "the group rank whose buffers everyone takes, and broadcast from it within the "
+        "group.",
     'history/find-unused-memory-fed-back':
         "DDP hands back the outputs autograd did not produce (no grad_fn) as they are, "
         "even under find_unused_parameters: fed into the next forward, they carry no "

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.nn.parallel.distributed as ddp_module
 from ddp_reference.reducer import Reducer
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
@@ -190,3 +191,47 @@ class HookResultTakesBucketViews(MutantDDP):
     buffer, stale since the first iteration."""
 
     reducer_class = _ViewsRepointedAtHookResult
+
+
+def _tensors_in_sequences(obj: Any) -> Any:
+    """torch's ``_find_tensors`` before dicts were searched: tensors and lists/tuples only."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _tensors_in_sequences(item)]
+    return []
+
+
+class DictOutputsNotSearched(TorchDDP):
+    """pytorch/pytorch#19354 (torch 1.1): under ``find_unused_parameters`` DDP looked for
+    the output tensors in lists and tuples only, so a forward returning a dict gave it no
+    tensor to traverse from: every parameter looked unused and was marked ready before its
+    gradient arrived."""
+
+    def _post_forward(self, output: Any) -> Any:
+        original = ddp_module._find_tensors
+        ddp_module._find_tensors = _tensors_in_sequences
+        try:
+            return super()._post_forward(output)
+        finally:
+            ddp_module._find_tensors = original
+
+
+class StateNotReturned(TorchDDP):
+    """pytorch/pytorch#3023 (torch 0.3): ``DistributedDataParallel.__getstate__`` built the
+    state to pickle and returned nothing, so a pickled or deep-copied wrapper came back
+    without its attributes."""
+
+    def __getstate__(self) -> Any:
+        super().__getstate__()
+        return None
+
+
+class GlobalRankInSubgroup(TorchDDP):
+    """pytorch/pytorch#53793 (torch 1.9): DDP asked for its rank with ``dist.get_rank()``,
+    the global rank, where it needed its rank in its own process group, so on a subgroup
+    Join chose the rank to take buffers from by a number that is not a group rank."""
+
+    @property
+    def _distributed_rank(self) -> int:
+        return dist.get_rank()
