@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.set_defaults(handler=run)
     listing = sub.add_parser("list", help="list the catalog with what each scenario needs")
     add_to_argparse(listing, "list")
+    listing.add_argument("--history", action="store_true",
+                         help="list torch's DDP bug history instead: each bug, the scenarios "
+                              "that guard it or why none can")
+    listing.add_argument("--markdown", action="store_true",
+                         help="with --history: write it as the Markdown page "
+                              "docs/bug-history.md")
     listing.set_defaults(handler=list_command)
     fuzzing = sub.add_parser("fuzz", help="generated scenarios against one candidate, judged where "
                                        "torch's DDP passes them; failures shrunk")
@@ -116,11 +122,30 @@ def list_command(args: argparse.Namespace, out: TextIO) -> int:
     from ddp_conformance.catalog.listing import catalog_table
     from ddp_conformance.catalog.loader import keyword_matcher, load_catalog
 
+    if args.history or args.markdown:
+        return history_command(args, out)
     matches = keyword_matcher(args.ddp_keyword)
     scenarios = [s for s in load_catalog() if matches(s.id)]
     if not scenarios:
         raise UsageError(f"no scenario matches -k {args.ddp_keyword!r}")
     out.write(catalog_table(scenarios) + "\n")
+    return EXIT_OK
+
+
+def history_command(args: argparse.Namespace, out: TextIO) -> int:
+    """``list --history`` (``--markdown``: the page ``docs/bug-history.md``); ``-k`` keeps
+    the bugs whose ref, title or scenarios match."""
+    from ddp_conformance.catalog.history import HISTORY
+    from ddp_conformance.catalog.history_text import history_markdown, history_table
+    from ddp_conformance.catalog.loader import keyword_matcher
+
+    if args.markdown and not args.history:
+        raise UsageError("--markdown goes with --history (the bug history page)")
+    matches = keyword_matcher(args.ddp_keyword)
+    bugs = [b for b in HISTORY if matches(" ".join((b.ref, b.title, *b.scenarios)))]
+    if not bugs:
+        raise UsageError(f"no bug matches -k {args.ddp_keyword!r}")
+    out.write(history_markdown(bugs) if args.markdown else history_table(bugs) + "\n")
     return EXIT_OK
 
 

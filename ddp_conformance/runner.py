@@ -169,7 +169,8 @@ class Runner:
 
     def _result(self, scenario: Scenario, spec: str, verdict: Verdict, reason: str = "") -> Result:
         return Result(scenario.id, self.candidate_name(spec), verdict, self.config.world_size,
-                      self.backend.name, self.device_kind, reason=reason, rule=scenario.rule)
+                      self.backend.name, self.device_kind, reason=reason, rule=scenario.rule,
+                      guards=list(scenario.guards))
 
     def _job(self, scenario: Scenario, spec: str) -> Job:
         """The job that runs ``scenario`` with candidate ``spec`` on the ranks."""

@@ -48,5 +48,9 @@ def catalog_table(scenarios: Sequence[Scenario]) -> str:
             lines += textwrap.wrap(f"rule: {scenario.rule}", WIDTH, initial_indent=_INDENT,
                                    subsequent_indent=_INDENT + " " * len("rule: "),
                                    break_long_words=False, break_on_hyphens=False)
+        if scenario.guards:  # the upstream bugs it guards (catalog.history)
+            lines += textwrap.wrap(f"guards: {', '.join(scenario.guards)}", WIDTH,
+                                   initial_indent=_INDENT,
+                                   subsequent_indent=_INDENT + " " * len("guards: "))
     lines.insert(1, "-" * max(map(len, lines)))
     return "\n".join(lines)

@@ -267,6 +267,9 @@ class Scenario:
     #: The scenario costs seconds, not tens of milliseconds: N/A unless the run asks for the
     #: slow scenarios (``--slow``; the yardstick, benchmarks/torch_coverage.py, does).
     slow: bool = False
+    #: The upstream bugs the scenario guards (``owner/repo#N``: a DDP that still has one
+    #: fails the scenario), from ``catalog/history.py``; shown by ``list`` and in the reports.
+    guards: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Convert the enum fields given by value, and refuse what cannot run."""
@@ -301,6 +304,9 @@ class Scenario:
         if self.expect_error is not None and self.torch_limit is not None:
             raise ValueError(f"scenario {self.id!r}: expect_error (every rank must raise) and "
                              f"torch_limit (a candidate may refuse or go on) exclude each other")
+        bad = [g for g in self.guards if not _is_ref(g)]
+        if bad:
+            raise ValueError(f"scenario {self.id!r}: guards {bad} are not 'owner/repo#N'")
         if self.eval_between_steps and self.join is not None:
             raise ValueError(f"scenario {self.id!r}: eval_between_steps under Join is not "
                              f"modelled (joined ranks shadow no eval forward)")
@@ -391,6 +397,12 @@ class Scenario:
     def data_seed(self, rank: int, step: int, microbatch: int) -> int:
         """Seed of one rank's batch: every process rebuilds any rank's batch from it."""
         return (self.seed * 1_000_003 + rank * 10_007 + step * 101 + microbatch + 1) % (2**63)
+
+
+def _is_ref(ref: str) -> bool:
+    """Whether ``ref`` reads ``owner/repo#N`` (an issue or pull request)."""
+    repo, _, number = ref.partition("#")
+    return repo.count("/") == 1 and all(repo.split("/")) and number.isdigit()
 
 
 def missing_capabilities(scenario: Scenario, capabilities: frozenset[str]) -> str:

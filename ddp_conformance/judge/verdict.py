@@ -124,6 +124,8 @@ class Result:
     #: The DDP rule the scenario checks (``Scenario.rule``; '' for collective cases and
     #: results written before rules existed).
     rule: str = ""
+    #: The upstream bugs the scenario guards (``Scenario.guards``: ``owner/repo#N``).
+    guards: list[str] = field(default_factory=list)
 
     @property
     def case_id(self) -> str:

@@ -180,6 +180,8 @@ def case_html(r: Result) -> str:
              f"<p>{esc(r.summary_line())}</p>"]
     if r.rule:
         parts.append(f'<p class="rule"><b>Rule:</b> {esc(r.rule)}</p>')
+    if r.guards:
+        parts.append(f"<p><b>Guards:</b> {esc(', '.join(r.guards))}</p>")
     if r.expectation:
         parts.append(f"<p><b>Expected to fail:</b> {esc(r.expectation)}</p>")
     divs = divergences(r)

@@ -63,7 +63,8 @@ def result_from_json(data: dict[str, Any]) -> Result:
         desync=data.get("desync", ""),
         comparison=BackendComparison(**_known(BackendComparison, data["comparison"]))
         if data.get("comparison") else None,
-        **_known(Result, {"notes": data.get("notes", [])}))
+        **_known(Result, {"notes": data.get("notes", []),
+                          "guards": list(data.get("guards", []))}))
 
 
 def results_path(path: str) -> str:

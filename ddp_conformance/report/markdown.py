@@ -60,6 +60,8 @@ def case_markdown(r: Result) -> list[str]:
     lines = [f"### {r.verdict.value} `{r.case_id}`", "", r.summary_line() or "", ""]
     if r.rule:
         lines += [f"**Rule:** {r.rule}", ""]
+    if r.guards:
+        lines += [f"**Guards:** {', '.join(r.guards)}", ""]
     lines += [f"Note: {note}" for note in r.notes] + ([""] if r.notes else [])
     if r.expectation:
         lines += [f"Expected to fail: {r.expectation}", ""]

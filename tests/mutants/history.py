@@ -235,3 +235,33 @@ class GlobalRankInSubgroup(TorchDDP):
     @property
     def _distributed_rank(self) -> int:
         return dist.get_rank()
+
+
+class ParameterCountNotChecked(TorchDDP):
+    """pytorch/pytorch#73547 (fixed by #74113, torch 1.12): the constructor's check that
+    every rank wraps the same model compared parameter shapes but not how many parameters
+    each rank has, so a rank with an extra layer went on to the broadcasts and failed or
+    hung there instead of refusing the model."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        original = ddp_module._verify_param_shape_across_processes
+        ddp_module._verify_param_shape_across_processes = _no_check
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            ddp_module._verify_param_shape_across_processes = original
+
+
+def _no_check(*args: Any, **kwargs: Any) -> None:
+    """The verification a DDP without the count check passes for this model."""
+
+
+class BuiltinFp16KeptFloat32(TorchDDP):
+    """pytorch/pytorch#63375 (torch 1.10): the C++ FP16_COMPRESS hook copied the float16
+    cast back into the float32 bucket before reducing it, so it allreduced float32: no
+    compression at all."""
+
+    def _register_builtin_comm_hook(self, comm_hook_type: Any) -> None:
+        if comm_hook_type == dist.BuiltinCommHookType.FP16_COMPRESS:
+            comm_hook_type = dist.BuiltinCommHookType.ALLREDUCE
+        super()._register_builtin_comm_hook(comm_hook_type)
