@@ -150,6 +150,11 @@ HISTORY: tuple[Bug, ...] = (
         what="the constructor's same-model check compared shapes but not the number of "
              "parameters, so a rank with an extra layer failed or hung in the broadcasts",
         scenarios=("errors/mismatched-models",)),
+    Bug(_pt(58097), "static_graph's bucket rebuild left out unused parameters", "1.9",
+        ("static_graph", "bucket rebuilding", "find_unused_parameters"),
+        what="the rebuilt layout listed only parameters whose gradients arrived, not those "
+             "the static graph had found unused: it no longer covered every parameter",
+        scenarios=("surface/static-graph-with-find-unused",)),
     # --- torch 2.13 still has it --------------------------------------------------------------
     Bug(_pt(143580), "static_graph with no_sync fails an internal assert", "open",
         ("static_graph", "no_sync"),
@@ -188,6 +193,16 @@ HISTORY: tuple[Bug, ...] = (
         ("SyncBatchNorm",), fix=_pt(109085),
         what="the CUDA statistics kernels raised on an empty batch",
         why=Why.CUDA, reason="CUDA kernels"),
+    Bug(_pt(22569), "convert_sync_batchnorm made frozen BatchNorm parameters trainable", "1.2",
+        ("SyncBatchNorm", "frozen parameters"),
+        what="the converted layers had requires_grad set whatever the original's, so frozen "
+             "affine parameters started training",
+        why=Why.CUDA, reason="SyncBatchNorm layers run on CUDA only; on CPU DDP refuses them"),
+    Bug(_pt(111998), "convert_sync_batchnorm put layers in eval mode back into training",
+        "2.2", ("SyncBatchNorm", "buffers"),
+        what="the converted layers did not keep the original's training flag, so a layer held "
+             "in eval mode updated its running statistics again",
+        why=Why.CUDA, reason="SyncBatchNorm layers run on CUDA only"),
     Bug(_pt(53159), "find_unused_parameters raced when every parameter was used", "1.9",
         ("find_unused_parameters",), fix=_pt(53160),
         what="the lazily awaited allreduce of the used-parameter map raced with work queued "
@@ -228,6 +243,14 @@ HISTORY: tuple[Bug, ...] = (
         why=Why.OUTSIDE,
         reason="a defect of torch.compile, not of a DDP; the torch-compile candidates "
                "(ddp_conformance/builtins/torch_compile.py) run the catalog through it"),
+    Bug(_pt(104639), "DDPOptimizer split graphs inside activation checkpointing", "2.1",
+        ("torch.compile", "checkpointing"),
+        what="splitting a compiled graph at bucket boundaries inside a checkpointed region "
+             "failed; the optimizer now falls back to one bucket there",
+        why=Why.OUTSIDE,
+        reason="the compiler's graph splitting, not a DDP's; the torch-compile candidates "
+               "(ddp_conformance/builtins/torch_compile.py) run the checkpointing scenarios "
+               "through it"),
     # --- no observable difference ---------------------------------------------------------------
     Bug(_pt(61814), "Sparse gradients were divided after the allreduce", "1.10",
         ("sparse gradients",),
@@ -280,6 +303,13 @@ HISTORY: tuple[Bug, ...] = (
              "but still allreduced' errors",
         why=Why.NOT_MODELLED,
         reason="needs a backward that raises mid-iteration before the update"),
+    Bug(_pt(63812), "backward(create_graph=True) through DDP raised", "1.10",
+        ("create_graph",), fix=_pt(63831),
+        what="the reducer divided gradients with an out= multiply, which autograd refuses "
+             "when the gradient itself requires grad",
+        why=Why.NOT_MODELLED,
+        reason="the catalog has no backward with create_graph (and DDP does not reduce "
+               "higher-order gradients)"),
     # --- covered by an existing scenario --------------------------------------------------------
     Bug(_pt(111138), "broadcast_buffers=False also skipped the buffer broadcast at "
         "construction", "2.12", ("buffers", "init sync"), fix=_pt(178054),

@@ -265,3 +265,16 @@ class BuiltinFp16KeptFloat32(TorchDDP):
         if comm_hook_type == dist.BuiltinCommHookType.FP16_COMPRESS:
             comm_hook_type = dist.BuiltinCommHookType.ALLREDUCE
         super()._register_builtin_comm_hook(comm_hook_type)
+
+
+class _UnusedLeftOutOfRebuild(Reducer):
+    def _finalize_callback(self) -> None:
+        self.finalize_backward()
+
+
+class StaticGraphRebuildWithoutUnused(MutantDDP):
+    """pytorch/pytorch#58097 (torch 1.9): under ``static_graph`` the bucket rebuild listed
+    only the parameters whose gradients arrived, leaving out those the static graph had
+    found unused, so the rebuilt layout did not cover every parameter."""
+
+    reducer_class = _UnusedLeftOutOfRebuild
