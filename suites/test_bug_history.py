@@ -23,6 +23,22 @@ SCENARIOS = [
              description="fp16_compress_hook on float16 gradients whose sum exceeds 65504"),
     # Rank 0 uses a layer on some microbatches only (the seed makes steps where it uses it
     # inside no_sync and not in the synced microbatch): the layer is used in the step.
+    # The same near-range float16 gradients under the other float16 hooks: the Python
+    # wrapper around allreduce_hook and the C++ built-in, both dividing before the sum.
+    Scenario("history/fp16-compress-wrapper-near-range", "fp16_overflow", exact=True,
+             lr=2.0**-16, steps=2, min_world_size=2, comm_hook="fp16_compress_wrapper",
+             description="fp16_compress_wrapper(allreduce_hook) on float16 gradients whose "
+                         "sum exceeds 65504"),
+    Scenario("history/builtin-fp16-compress-near-range", "fp16_overflow", exact=True,
+             lr=2.0**-16, steps=2, min_world_size=2, comm_hook="builtin_fp16_compress",
+             description="the built-in FP16_COMPRESS hook on float16 gradients whose sum "
+                         "exceeds 65504"),
+    # A plain tuple output (DDP finds and passes through every tensor in it) whose second
+    # head is left out of the loss: its parameters keep None gradients on every rank.
+    Scenario("history/find-unused-output-left-out", "two_heads_one_left_out", steps=3,
+             ddp_options={"find_unused_parameters": True},
+             description="find_unused_parameters; a tuple output whose second head is left "
+                         "out of the loss"),
     Scenario("history/no-sync-find-unused-used-early", "used_on_some_microbatches", steps=4,
              microbatches=3, accumulate=Accumulate.NO_SYNC,
              ddp_options={"find_unused_parameters": True},
@@ -51,6 +67,16 @@ RULES = {
     'history/fp16-compress-near-range':
         "fp16_compress_hook divides each bucket by the group size before the allreduce: "
         "float16 gradients whose sum exceeds 65504 still average to finite values.",
+    'history/fp16-compress-wrapper-near-range':
+        "fp16_compress_wrapper hands allreduce_hook a float16 bucket, which it divides by "
+        "the group size before summing: near-range float16 gradients average to finite "
+        "values.",
+    'history/builtin-fp16-compress-near-range':
+        "The built-in FP16_COMPRESS hook divides the float16 bucket by the group size "
+        "before the allreduce, as the Python hook does: the sum stays in float16's range.",
+    'history/find-unused-output-left-out':
+        "Under find_unused_parameters an output left out of the loss is allowed: its "
+        "parameters get no gradient (None on every rank) and the next iteration goes on.",
     'history/no-sync-find-unused-used-early':
         "Under find_unused_parameters a parameter counts as used in a step if any "
         "microbatch of it used it, inside no_sync or not: its accumulated gradient is "

@@ -98,13 +98,20 @@ HISTORY: tuple[Bug, ...] = (
         what="fp16_compress_hook allreduced the float16 bucket and divided afterwards, so a "
              "sum above 65504 overflowed to inf where the mean is finite (C++ and the other "
              "hooks: pytorch/pytorch#59576, 1.10)",
-        scenarios=("history/fp16-compress-near-range",)),
+        scenarios=("history/fp16-compress-near-range", "history/fp16-compress-wrapper-near-range",
+                   "history/builtin-fp16-compress-near-range")),
     Bug(_pt(60733), "Outputs without grad_fn got one under find_unused_parameters", "1.10",
         ("find_unused_parameters", "outputs"), fix=_pt(60882),
         what="every output went through DDP's pass-through autograd node, so a tensor made "
              "outside autograd came back with a grad_fn; fed into the next forward "
              "(Transformer-XL's memory), backward ran into the previous iteration's graph",
         scenarios=("history/find-unused-memory-fed-back",)),
+    Bug(_pt(61753), "An output left out of the loss stopped find_unused_parameters", "1.10",
+        ("find_unused_parameters", "outputs"),
+        what="DDP handed the outputs back without its pass-through node: the parameters of an "
+             "output the loss did not use were found used by the traversal, never got a "
+             "gradient, and the next iteration raised (reland of pytorch/pytorch#57081)",
+        scenarios=("history/find-unused-output-left-out",)),
     Bug(_pt(69031), "find_unused_parameters ignored parameters used only inside no_sync",
         "2.4", ("find_unused_parameters", "no_sync"), fix=_pt(124193),
         what="a parameter used on accumulated microbatches but not on the synced one counted "

@@ -278,3 +278,26 @@ class StaticGraphRebuildWithoutUnused(MutantDDP):
     found unused, so the rebuilt layout did not cover every parameter."""
 
     reducer_class = _UnusedLeftOutOfRebuild
+
+
+class _NoPassThrough(torch.autograd.Function):
+    """Hands the outputs back untouched (no pass-through node in the graph)."""
+
+    @staticmethod
+    def apply(ddp_ref: Any, *tensors: Any) -> Any:  # type: ignore[override]
+        return tensors
+
+
+class OutputsNotPassedThrough(TorchDDP):
+    """pytorch/pytorch#61753 (torch 1.10, reland of #57081): before it, under
+    ``find_unused_parameters`` DDP handed the outputs back as they were, without its
+    pass-through node, so the parameters of an output left out of the loss, found used by
+    the graph traversal, never got their hooks fired and the next iteration raised."""
+
+    def _post_forward(self, output: Any) -> Any:
+        original = ddp_module._DDPSink
+        ddp_module._DDPSink = _NoPassThrough  # type: ignore[misc]
+        try:
+            return super()._post_forward(output)
+        finally:
+            ddp_module._DDPSink = original  # type: ignore[misc]

@@ -113,3 +113,30 @@ def _memory_loss(out: dict[str, Any], target: Tensor) -> Tensor:
 
 register(ModelSpec("memory_fed_back", MemoryFedBack, normal_batch((8,), 4), _memory_loss,
                    "returns a memory made outside autograd, fed into the next forward"))
+
+
+# --- an output left out of the loss -------------------------------------------------------------
+
+
+class TwoHeads(nn.Module):
+    """Returns a tuple ``(main, side)`` of two heads on one trunk; the loss
+    (:func:`_main_head_loss`) uses ``main`` only, so ``side``'s parameters get no gradient
+    though they produced an output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.main = nn.Linear(8, 4)
+        self.side = nn.Linear(8, 4)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        h = torch.relu(self.trunk(x))
+        return self.main(h), self.side(h)
+
+
+def _main_head_loss(out: tuple[Tensor, Tensor], target: Tensor) -> Tensor:
+    return nn.functional.mse_loss(out[0], target)
+
+
+register(ModelSpec("two_heads_one_left_out", TwoHeads, normal_batch((8,), 4), _main_head_loss,
+                   "a tuple of two heads, the second left out of the loss"))
