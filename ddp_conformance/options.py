@@ -88,6 +88,9 @@ class Option:
     routes: frozenset[str] = frozenset({CLI, PYTEST})
     #: Extra command-line-only spellings (``-k``).
     cli_flags: tuple[str, ...] = ()
+    #: Under pytest the option is off (None) unless given: pytest writes no report
+    #: directory of its own accord (``--ddp-report-dir``).
+    opt_in_under_pytest: bool = False
 
     @property
     def dest(self) -> str:
@@ -101,8 +104,13 @@ class Option:
     def namespaced(self) -> str:
         return f"--ddp-{self.name}"
 
-    def argparse_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help, "default": self.default}
+    def default_for(self, route: str) -> Any:
+        """The default on ``route``: the row's, or None under pytest for an opt-in row."""
+        return None if route == PYTEST and self.opt_in_under_pytest else self.default
+
+    def argparse_kwargs(self, route: str = CLI) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help,
+                                  "default": self.default_for(route)}
         for key in ("type", "action", "choices", "metavar"):
             value = getattr(self, key)
             if value is not None:
@@ -157,8 +165,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("keyword", "only cases whose id matches, as pytest -k reads it", metavar="EXPR",
            routes=frozenset({CLI}), cli_flags=("-k",)),
     Option("report-dir", "where results.jsonl, summary.md, junit.xml and report.html go "
-           "(default reports/)", default="reports", metavar="DIR", routes=frozenset({CLI}),
-           check=a_path("report-dir")),
+           "(default reports/; under pytest none is written unless given)", default="reports",
+           metavar="DIR", check=a_path("report-dir"), opt_in_under_pytest=True),
     Option("repeat", "run everything N times; report flaky cases and rank memory growth",
            default=1, type=int, metavar="N", routes=frozenset({CLI}), check=at_least_one("repeat")),
     Option("maxfail", "stop after N unexpected verdicts (FAIL, ERROR, TIMEOUT, CRASH), the "
@@ -268,7 +276,12 @@ def one_candidate(specs: list[str] | None, command: str) -> str:
 def add_to_pytest(group: Any) -> None:
     """The namespaced ``--ddp-NAME`` options, always (see the module docstring)."""
     for option in options_for(PYTEST):
-        group.addoption(option.namespaced, **option.argparse_kwargs())
+        group.addoption(option.namespaced, **option.argparse_kwargs(PYTEST))
+
+
+def named(get: Callable[[str], Any], route: str) -> list[str]:
+    """The options of ``route`` given a value other than their default (``get(dest)``)."""
+    return [o.long for o in options_for(route) if get(o.dest) != o.default_for(route)]
 
 
 def add_short_forms_to_pytest(group: Any, taken: Iterable[str]) -> list[str]:
@@ -277,7 +290,7 @@ def add_short_forms_to_pytest(group: Any, taken: Iterable[str]) -> list[str]:
     added = []
     for option in options_for(PYTEST):
         if option.long not in taken:
-            kwargs = option.argparse_kwargs()
+            kwargs = option.argparse_kwargs(PYTEST)
             kwargs["help"] = f"short for {option.namespaced}"
             group.addoption(option.long, **kwargs)
             added.append(option.long)

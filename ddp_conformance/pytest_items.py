@@ -66,6 +66,7 @@ class PytestSession:
             try:
                 config = run_config(self.pytest_config.getoption, PYTEST)
                 self._session = Session(config)
+                self._open_reports()
                 # SIGTERM only (pytest turns SIGINT into KeyboardInterrupt itself), from the
                 # first conformance item on; no close deadline: pytest ends its own session.
                 self.guard = RunGuard(self._session, (signal.SIGTERM,), handler=self._on_sigterm)
@@ -78,6 +79,21 @@ class PytestSession:
                 self._error = f"ddp-conformance: {exc}"
                 raise pytest.UsageError(self._error) from None
         return self._session
+
+    def _open_reports(self) -> None:
+        """``--ddp-report-dir DIR``: stream this process's cases there; a pytest-xdist
+        worker streams its part (:mod:`ddp_conformance.report.merge`), which the
+        controller merges and renders at the end."""
+        directory = self.pytest_config.getoption("ddp_report_dir")
+        if not directory:
+            return
+        worker = getattr(self.pytest_config, "workerinput", {}).get("workerid")
+        if worker is None:
+            self._session.open_reports(directory)
+        else:
+            from ddp_conformance.report.merge import part_dir
+
+            self._session.open_reports(part_dir(directory, worker), render_set=False)
 
     def close(self) -> None:
         if self.guard is not None:
@@ -123,8 +139,10 @@ class PytestSession:
         ours, guard = self._session, self.guard
         if ours is None or guard is None:
             return
-        if ours.coverage is not None and guard.received is None:
-            guard.close()  # ranks exit and save before the controller combines
+        if (ours.coverage is not None or ours.writer is not None) and guard.received is None:
+            # ranks exit and save before the controller combines; the report set is
+            # rendered before pytest's terminal summary, which names it
+            guard.close()
         received = guard.received
         if received is None or received.signum != signal.SIGTERM:
             return
@@ -167,6 +185,10 @@ class _Hooks:
             f"{config.backend}, world size {config.world_size}")
         for note in session.run_notes():  # stale expectations were warned about at collection
             terminalreporter.write_line(f"note: {note}")
+        directory = self.holder.pytest_config.getoption("ddp_report_dir")
+        if directory and not hasattr(self.holder.pytest_config, "workerinput"):
+            terminalreporter.write_line(f"reports: {directory}/ (summary.md, junit.xml, "
+                                        f"report.html, results.jsonl)")
 
 
 def _holder(config: pytest.Config) -> PytestSession:
@@ -175,6 +197,46 @@ def _holder(config: pytest.Config) -> PytestSession:
         holder = config.stash[_SESSION_KEY] = PytestSession(config)
         config.pluginmanager.register(_Hooks(holder), "ddp_conformance_items")
     return holder
+
+
+class ReportMerger:
+    """pytest-xdist's controller with ``--ddp-report-dir``: the workers' parts merged into
+    one report set at the end (:mod:`ddp_conformance.report.merge`)."""
+
+    def __init__(self, directory: str) -> None:
+        from ddp_conformance.report.merge import discard_parts
+
+        self.directory = directory
+        self.written: list[str] = []
+        discard_parts(directory)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from ddp_conformance.report.merge import merge_parts
+
+        self.written = merge_parts(self.directory)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for path in self.written:
+            terminalreporter.write_line(f"ddp-conformance: wrote {path}")
+
+
+def check_options(config: pytest.Config) -> None:
+    """Raise :class:`pytest.UsageError` (exit 4, one line) unless a session of these options
+    can be made: the checks, candidates, backend, world size and expectations files of
+    :class:`~ddp_conformance.session.Session`, no rank started."""
+    from ddp_conformance.session import Session
+
+    try:
+        Session(run_config(config.getoption, PYTEST)).close()
+        directory = config.getoption("ddp_report_dir")
+        if directory:
+            from ddp_conformance.report.files import check_writable
+
+            check_writable(directory)
+            config.pluginmanager.register(ReportMerger(directory), "ddp_conformance_reports")
+    except UsageError as exc:
+        raise pytest.UsageError(f"ddp-conformance: {exc}") from None
 
 
 def make_items(collector: pytest.Collector, scenarios: list[Scenario]) -> list[pytest.Item]:
@@ -248,8 +310,12 @@ class ConformanceItem(pytest.Item):
         if result.verdict is Verdict.XFAIL:
             pytest.xfail(f"{result.summary_line()} (expected: {result.expectation})")
         if result.verdict is Verdict.XPASS:
-            # Reported, not failed: the expectations file names a case that now passes.
+            # pytest's own XPASS: "the expectation is stale" in its summary; it fails the
+            # run where the project sets xfail_strict, as a non-strict xfail otherwise
+            # (the command line reports it and exits 0).
             self.user_properties.append(("xpass", result.expectation or ""))
+            self.add_marker(pytest.mark.xfail(reason=result.explanation_lines()[0],
+                                              strict=self.config.getini("xfail_strict")))
             return
         raise ScenarioFailed(result)
 
@@ -264,11 +330,46 @@ class ConformanceItem(pytest.Item):
 
 
 def describe(result: Result) -> Iterator[str]:
-    """A failed case's evidence block, as pytest shows it."""
-    yield f"{result.verdict.value}: {result.case_id}: {result.summary_line()}"
-    for failure in result.failures[1:10]:
-        yield f"  {failure.message}"
+    """A failed case's evidence block, as pytest shows it: the command line's lines (the
+    verdict and why, the DDP rule), then one line per check for the failures the first
+    line does not show (its first message, and how many more at which steps and ranks),
+    then the ranks' tracebacks and stacks."""
+    why, *rule = result.explanation_lines()
+    yield f"{result.verdict.value}: {result.case_id}: {why}"
+    yield from rule
+    yield from _other_failures(result)
     for rank, tb in sorted(result.tracebacks.items()):
         yield f"--- rank {rank} traceback ---\n{tb}"
     for rank, stack in sorted(result.stacks.items()):
         yield f"--- rank {rank} stack ---\n{stack}"
+
+
+def _other_failures(result: Result) -> Iterator[str]:
+    """One line per check beyond what :meth:`Result.summary_line` said: its first message
+    (unless already said) and how many more at which steps, ranks and tensors."""
+    shown = result.summary_line()
+    by_check: dict[str, list[Any]] = {}
+    for failure in result.failures:
+        by_check.setdefault(failure.check, []).append(failure)
+    for check, failures in by_check.items():
+        said = failures[0].message in shown
+        rest = failures[1:]
+        more = f"{len(rest)} more ({_spread(rest)})" if rest else ""
+        if said and more:
+            yield f"  {check}: {more}"
+        elif not said:
+            yield f"  {failures[0].message}" + (f"; {more}" if more else "")
+
+
+def _spread(failures: list[Any]) -> str:
+    """``steps 0-2, ranks 0-1, 2 tensors``: where ``failures`` lie."""
+    parts = []
+    for label, values in (("step", {f.step for f in failures if f.step is not None}),
+                          ("rank", {f.rank for f in failures if f.rank is not None})):
+        if values:
+            low, high = min(values), max(values)
+            parts.append(f"{label} {low}" if low == high else f"{label}s {low}-{high}")
+    names = {f.name for f in failures if f.name}
+    if names:
+        parts.append(f"{len(names)} tensor{'s' if len(names) > 1 else ''}")
+    return ", ".join(parts) or "same check"

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from ddp_conformance.options import add_short_forms_to_pytest, add_to_pytest
+from ddp_conformance.options import PYTEST, add_short_forms_to_pytest, add_to_pytest, named
 
 GROUP = "ddp-conformance"
 
@@ -47,11 +47,25 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """``--ddp-coverage`` only: its controller hooks (:mod:`ddp_conformance.pytest_coverage`)."""
+    """The controller of pytest-xdist workers checks the conformance options it was given
+    before any worker starts (:func:`~ddp_conformance.pytest_items.check_options`: a bad
+    candidate, backend or value is one line and exit 4, as without ``-n``); and
+    ``--ddp-coverage``: its controller hooks (:mod:`ddp_conformance.pytest_coverage`)."""
+    if _controls_workers(config) and named(lambda dest: config.getoption(dest, None), PYTEST):
+        from ddp_conformance.pytest_items import check_options
+
+        check_options(config)
     if config.getoption("ddp_coverage", None):
         from ddp_conformance.pytest_coverage import configure
 
         configure(config)
+
+
+def _controls_workers(config: pytest.Config) -> bool:
+    """Whether this process is pytest-xdist's controller (it collects nothing itself, so a
+    bad option would otherwise first show as a crashed worker)."""
+    return (not hasattr(config, "workerinput")
+            and getattr(config.option, "dist", "no") not in ("no", None))
 
 
 def _taken_names(parser: pytest.Parser) -> set[str]:

@@ -109,8 +109,9 @@ class Session:
 
     # -- running ----------------------------------------------------------------------
 
-    def open_reports(self, directory: str) -> dict[str, Any]:
+    def open_reports(self, directory: str, render_set: bool = True) -> dict[str, Any]:
         """Stream results to ``directory`` from now on; return the run information.
+        ``render_set=False``: only ``results.jsonl`` (a part another process merges).
         A directory that cannot be written raises
         :class:`~ddp_conformance.errors.ReportDirError` now, before any case runs."""
         check_writable(directory)
@@ -125,7 +126,7 @@ class Session:
         if self.config.coverage:
             info["coverage"] = list(self.config.coverage)
             self.measure_coverage(directory, combine=True)
-        self.writer = ResultsWriter(directory, info)
+        self.writer = ResultsWriter(directory, info, render_set=render_set)
         self.report_files = self.writer.files
         return info
 

@@ -30,6 +30,15 @@ def cwd_importable() -> Iterator[None]:
             sys.path.remove(cwd)
 
 
+def _path_hint(module_name: str, exc: ImportError) -> str:
+    """How to make ``module_name`` importable, where its top-level package was not found."""
+    top = module_name.split(".")[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name != top:
+        return ""
+    return (f"; {top!r} is not in {os.getcwd()}: run from the directory that holds it, "
+            f"or add that directory to PYTHONPATH")
+
+
 def import_user_module(module_name: str, what: str) -> ModuleType:
     """Import ``module_name`` for ``what`` (e.g. "candidate 'pkg.mod:DDP'"), or raise
     :class:`UsageError` saying why it could not be imported."""
@@ -39,7 +48,8 @@ def import_user_module(module_name: str, what: str) -> ModuleType:
         with cwd_importable():
             return importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"unknown {what}: cannot import {module_name!r} ({exc})") from None
+        raise UsageError(f"unknown {what}: cannot import {module_name!r} ({exc})"
+                         f"{_path_hint(module_name, exc)}") from None
     except Exception as exc:  # noqa: BLE001 - the user's own import-time error
         raise UsageError(f"{what}: importing {module_name!r} raised "
                          f"{type(exc).__name__}: {exc}") from None

@@ -69,8 +69,11 @@ class ResultsWriter:
     """
 
     def __init__(self, directory: str, info: dict[str, Any],
-                 files: ReportFiles | None = None) -> None:
+                 files: ReportFiles | None = None, render_set: bool = True) -> None:
+        """``render_set=False``: :meth:`close` writes the end line only (a part of a run
+        whose report set another process renders: pytest-xdist's workers)."""
         make_dir(directory)
+        self.render_set = render_set
         self.directory = directory
         self.info = info
         self.results: list[Result] = []
@@ -129,6 +132,8 @@ class ResultsWriter:
             self._write(end)
         finally:
             self._stream.close()
+        if not self.render_set:
+            return
         # Timing results already in the directory (ddp-conformance bench) stay in the report.
         render(self.directory, self.info, self.results, notes or [], load_bench(self.directory),
                incomplete=incomplete, coverage=load_coverage(self.directory), files=self.files)
