@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pytest
 
 from tests.deadlines import deadline
 
@@ -67,6 +70,9 @@ def test_failures_show_the_evidence_and_na_the_missing_capability() -> None:
     assert "FAIL: gradients/exact-dyadic[tests.defective:SumsWithoutDividing]: oracle.grad: " \
            "step 0, rank 0" in proc.stdout
     assert "N/A: candidate lacks no_sync" in proc.stdout
+    # The failures beyond the first line: one line per check, not one per step.
+    assert re.search(r"^  oracle\.grad: \d+ more \(steps 0-\d, ranks 0-1", proc.stdout, re.M)
+    assert "oracle.grad: step 1, rank 0" not in proc.stdout
 
 
 def test_bad_options_stop_pytest_with_one_line() -> None:
@@ -98,3 +104,48 @@ def test_stale_expectations_are_warned_about_under_pytest(tmp_path: Path) -> Non
     assert "expectation 'nothing/matches-this'" in proc.stdout, proc.stdout
     assert "matches no case" in proc.stdout
     assert "expectation 'gradients/exact-dyadic'" not in proc.stdout
+
+
+@pytest.mark.parametrize("candidate, says", [
+    ("nosuch.module:X", "cannot import 'nosuch.module' (No module named 'nosuch'); 'nosuch' "
+                        "is not in {cwd}: run from the directory that holds it, or add that "
+                        "directory to PYTHONPATH"),
+    ("tests.defective:SumsWithoutDividng", "'tests.defective' has no attribute "
+                                           "'SumsWithoutDividng'"),
+])
+def test_a_bad_candidate_under_xdist_stops_pytest_with_one_line(candidate: str, says: str,
+                                                                tmp_path: Path) -> None:
+    """Under -n the controller checks the options (candidates, backend, values) before any
+    worker starts: no worker crash, no INTERNALERROR, pytest's usage exit code; a module
+    not found says how to make it importable (run from the repository root for tests.*,
+    from elsewhere for the other)."""
+    cwd = ROOT if candidate.startswith("tests.") else tmp_path
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           str(ROOT / "suites" / "test_models.py"), "-n", "2",
+                           "--candidate", candidate],
+                          cwd=cwd, capture_output=True, text=True, timeout=deadline(120))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and says.format(cwd=cwd) in errors[0], output[-3000:]
+    assert "INTERNALERROR" not in output and "Traceback" not in output
+
+
+def test_stale_expectation_is_an_xpass_and_reports_are_merged_under_xdist(
+        tmp_path: Path) -> None:
+    """A case expected to fail that passes is pytest's XPASS, saying the expectation is
+    stale; with --ddp-report-dir the workers' parts become one report set."""
+    exp = tmp_path / "e.txt"
+    exp.write_text("gradients/exact-dyadic  # expected to fail, but torch passes it\n")
+    proc = pytest_run("suites/test_gradients.py", "-n", "2", "-rX", "-k",
+                      "exact-dyadic and not microbatches or mlp-sgd and not momentum",
+                      f"--expectations={exp}",
+                      f"--ddp-report-dir={tmp_path / 'r'}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "1 passed, 1 xpassed" in proc.stdout, proc.stdout[-3000:]
+    assert "XPASS" in proc.stdout and "the expectation is stale" in proc.stdout
+    rows = [json.loads(x) for x in (tmp_path / "r" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["verdict"] for r in rows if r["type"] == "result") == ["PASS", "XPASS"]
+    assert rows[-1]["type"] == "end"
+    assert {"summary.md", "junit.xml", "report.html"} <= {p.name for p in (tmp_path / "r").iterdir()}
+    assert not (tmp_path / "r" / ".parts").exists()
