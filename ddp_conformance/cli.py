@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     # torch is imported once a command runs, never for --help or a usage error
     # (tests/test_cli.py::test_the_parser_does_not_import_torch); fuzz imports hypothesis.
     from ddp_conformance.config import RunConfig
-    from ddp_conformance.fuzz import Finding
+    from ddp_conformance.fuzz import Finding, FuzzRun
     from ddp_conformance.ranks.coverage_hook import ParentCoverage
     from ddp_conformance.session import Case, Session
 
@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzzing.add_argument("--seed", type=int, default=0, metavar="N",
                       help="the same seed generates the same scenarios (default 0)")
     fuzzing.add_argument("--keep-going", action="store_true",
-                      help="after a failure, shrink it and go on until the budget is spent")
+                      help="after a finding, shrink it and go on looking for others until the "
+                           "budget is spent (default: stop at the first finding, shrunk)")
     fuzzing.set_defaults(handler=fuzz)
     script = sub.add_parser("repro", help="write a standalone script (torch and the candidate "
                                          "only, run with torchrun) that reproduces a case")
@@ -172,13 +173,19 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
     check_options(lambda dest: getattr(args, dest), "fuzz")
     candidate = one_candidate(args.ddp_candidate, "fuzz")
     from ddp_conformance.config import RunConfig
-    from ddp_conformance.fuzz import Fuzzer, parse_duration, parse_world_sizes
+    from ddp_conformance.fuzz import (
+        Fuzzer,
+        keep_hypothesis_files_in,
+        parse_duration,
+        parse_world_sizes,
+    )
     from ddp_conformance.report.files import check_writable
     from ddp_conformance.session import Session
 
     budget, shrink = parse_duration(args.budget), parse_duration(args.shrink_budget)
     sizes = parse_world_sizes(str(args.ddp_world_size))
     check_writable(os.path.join(args.ddp_report_dir, "repro"))
+    keep_hypothesis_files_in(args.ddp_report_dir)
     with contextlib.ExitStack() as stack:
         sessions = {}
         for size in sizes:
@@ -195,24 +202,34 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
 
         result = Fuzzer(sessions, candidate, budget, args.seed, shrink, args.keep_going,
                         progress=progress).run()
-    aside = sum(result.set_aside.values())
-    ranks = (f"{sizes[0]} ranks" if len(sizes) == 1 else "world sizes " + ", ".join(
-        f"{n} ({result.ran_by_world_size[n]} scenarios)" for n in sizes))
-    out.write(f"fuzz {candidate}, seed {args.seed}, {ranks}: {result.ran} "
-              f"scenarios in {result.seconds:.0f}s ({result.cases_per_second:.2f}/s); "
-              f"{result.passed} passed, {result.not_applicable} N/A, {aside} set aside, "
-              f"{len(result.findings)} failing\n")
-    for verdict, count in sorted(result.set_aside.items()):
-        out.write(f"set aside: torch's DDP {verdict} on {count}; the first: "
-                  f"{result.set_aside_examples[verdict]}\n")
+    write_fuzz_summary(out, result, sizes, args.ddp_report_dir)
     for finding in result.findings:
         write_finding(out, finding, candidate, args.ddp_report_dir)
     return EXIT_FAILED if result.findings else EXIT_OK
 
 
+def write_fuzz_summary(out: TextIO, result: FuzzRun, sizes: tuple[int, ...],
+                       report_dir: str) -> None:
+    """The fuzz run's counts, and one short line per verdict torch gave the scenarios set
+    aside (their scenarios and torch's words in ``report_dir``/fuzz-set-aside.txt)."""
+    from ddp_conformance.fuzz import write_set_aside
+
+    aside = sum(result.set_aside.values())
+    ranks = (f"{sizes[0]} ranks" if len(sizes) == 1 else "world sizes " + ", ".join(
+        f"{n} ({result.ran_by_world_size[n]} scenarios)" for n in sizes))
+    out.write(f"fuzz {result.candidate}, seed {result.seed}, {ranks}: {result.ran} "
+              f"scenarios in {result.seconds:.0f}s ({result.cases_per_second:.2f}/s); "
+              f"{result.passed} passed, {result.not_applicable} N/A, {aside} set aside, "
+              f"{len(result.findings)} failing\n")
+    if result.set_aside:
+        path = write_set_aside(result, report_dir)
+        for verdict, count in sorted(result.set_aside.items()):
+            out.write(f"set aside: torch's DDP {verdict} on {count} (details: {path})\n"[:120])
+
+
 def write_finding(out: TextIO, finding: Finding, candidate: str, report_dir: str) -> None:
     """One fuzz finding: as found, as shrunk, and its reproducer (in ``report_dir``/repro)."""
-    out.write(f"FAILING at {finding.world_size} ranks: {finding.found.case_id}: "
+    out.write(f"FAILING at {finding.world_size} ranks: {finding.id}[{candidate}]: "
               f"{finding.found.verdict.value}: "
               f"{finding.found.summary_line()}\n")
     out.write(f"shrunk in {finding.shrink_runs} runs to ({finding.shrunk_result.verdict.value}: "

@@ -5,12 +5,16 @@ docs/CONTRACT.md, "Beyond the catalog". The loop draws scenarios from
 :data:`ROUND` examples, each round seeded from ``--seed`` and its number, until the budget
 is spent:
 
-1. **torch first**: torch's own DDP runs the scenario (every check, the reference
-   included). Where it does not pass, the scenario is *set aside* and counted with
-   torch's verdict: it judges nothing (a generated combination torch refuses, or a
-   defect of torch worth a look, which the summary lists).
-2. **the candidate** runs the torch-valid scenario. FAIL, ERROR, TIMEOUT or CRASH is a
-   finding; N/A (a capability the candidate lacks) counts as such.
+1. **the candidate** runs the scenario, drawn from what it supports (its capabilities:
+   :func:`~ddp_conformance.catalog.strategies.fit`; the first round draws every feature it
+   has, each later round a random half of them, a *swarm*). PASS counts as such (a
+   candidate that passes every check is never failed, whatever torch does there); N/A
+   (a capability it hides until it wraps a model) too.
+2. **torch's DDP** runs a scenario the candidate failed (FAIL, ERROR, TIMEOUT, CRASH):
+   where torch passes it, it is a finding; where torch does not, the scenario is *set
+   aside* and counted with torch's verdict (a generated combination torch refuses, or a
+   defect of torch worth a look, listed in the report directory's
+   ``fuzz-set-aside.txt``). torch runs only where it decides something.
 3. **shrinking**: hypothesis's shrinker minimises a finding, every step a real run, within
    ``--shrink-budget``; the smallest scenario that still fails (torch still passing it) is
    printed as a ``Scenario(...)`` literal to paste into ``suites/``.
@@ -23,8 +27,10 @@ are shared: a scenario is never run twice for the same candidate.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import re
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -35,14 +41,15 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
 from ddp_conformance.catalog.scenario import Scenario
-from ddp_conformance.catalog.strategies import scenario_literal, scenarios
+from ddp_conformance.catalog.strategies import excluded, scenario_literal, scenarios, swarm
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.session import Session
 
 #: Examples per hypothesis round: small, so that the budget is checked between rounds
-#: without generating many examples that are then skipped.
-ROUND = 100
+#: without generating many examples that are then skipped, and so that rounds, each its
+#: own swarm of features (:meth:`Fuzzer.round_strategy`), come often.
+ROUND = 30
 TORCH = "torch"
 
 
@@ -82,11 +89,15 @@ class Finding:
     world_size: int = 2
 
     @property
+    def id(self) -> str:
+        """The finding's one id: the scenario as first found (``fuzz/<model>-<digest>``)."""
+        return self.found.scenario
+
+    @property
     def scenario(self) -> Scenario:
-        """The shrunk scenario, named ``fuzz/shrunk-<digest>`` (the literal's and the
-        reproducer's name)."""
-        return dataclasses.replace(self.shrunk,
-                                   id="fuzz/shrunk-" + self.shrunk.id.rsplit("-", 1)[-1])
+        """The shrunk scenario, named ``<id>-shrunk`` after the finding (the literal's and
+        the reproducer's name)."""
+        return dataclasses.replace(self.shrunk, id=f"{self.id}-shrunk")
 
     def literal(self) -> str:
         return scenario_literal(self.scenario)
@@ -119,6 +130,40 @@ class FuzzRun:
         return self.ran / self.seconds if self.seconds else 0.0
 
 
+def capabilities_of(session: Session, candidate: str) -> frozenset[str] | None:
+    """What ``candidate`` is known to support before it wraps a model (None: torch's DDP,
+    or a candidate whose capabilities are known only once it wraps one: no restriction)."""
+    resolved = session.runner.candidates.get(candidate)
+    if candidate == TORCH or resolved is None or resolved.late_capabilities:
+        return None
+    return frozenset(resolved.capabilities)
+
+
+def keep_hypothesis_files_in(report_dir: str) -> None:
+    """hypothesis's own files (its cache of constants; the example database is off) go to
+    ``report_dir``/.hypothesis, never to the user's working directory."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(os.path.join(os.path.abspath(report_dir), ".hypothesis"))
+
+
+#: The file of the report directory that lists what torch's DDP did not pass.
+SET_ASIDE_FILE = "fuzz-set-aside.txt"
+
+
+def write_set_aside(run: FuzzRun, report_dir: str) -> str:
+    """Write what was set aside (per torch verdict: how many, the first scenario as a
+    literal and torch's words) to ``report_dir``/:data:`SET_ASIDE_FILE`; its path."""
+    path = os.path.join(report_dir, SET_ASIDE_FILE)
+    os.makedirs(report_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(f"fuzz {run.candidate}, seed {run.seed}: scenarios torch's DDP does not "
+                  f"pass judge nothing; per verdict, the first of them\n")
+        for verdict, count in sorted(run.set_aside.items()):
+            out.write(f"\n{verdict}: {count}\n{run.set_aside_examples[verdict]}\n")
+    return path
+
+
 class Fuzzer:
     """Runs the loop of the module docstring on ``session`` (its config names the candidate;
     torch is run as well, for validity), or on one session per world size: the rounds then
@@ -145,7 +190,10 @@ class Fuzzer:
         self._ends = 0.0
         self._shrinking_until: float | None = None
         self._shrink_runs = 0
-        self._last_failure: tuple[Scenario, Result] | None = None
+        #: The round's finding as first found (shrinking keeps its id for it).
+        self._found: tuple[Scenario, Result] | None = None
+        #: What the candidate can run (None: everything; :func:`capabilities_of`).
+        self.capabilities = capabilities_of(self.sessions[self.world_size], candidate)
 
     # -- one scenario -------------------------------------------------------------------
 
@@ -179,19 +227,19 @@ class Fuzzer:
         else:
             self.run_state.ran += 1
             self.run_state.ran_by_world_size[self.world_size] += 1
-        torch_result = self.case(scenario, TORCH)
-        if torch_result.verdict is not Verdict.PASS:
-            if not shrinking:
-                self._set_aside(scenario, torch_result)
-            return False
-        result = torch_result if self.candidate == TORCH else self.case(scenario, self.candidate)
+        result = self.case(scenario, self.candidate)
         if not result.verdict.unexpected:
             if not shrinking:
                 self.run_state.passed += result.verdict is Verdict.PASS
                 self.run_state.not_applicable += result.verdict is Verdict.NA
             return False
-        self._last_failure = (scenario, result)
+        torch_result = self.case(scenario, TORCH)  # a failure counts where torch passes
+        if torch_result.verdict is not Verdict.PASS:
+            if not shrinking:
+                self._set_aside(scenario, torch_result)
+            return False
         if not shrinking:
+            self._found = (scenario, result)
             self._shrinking_until = now + self.shrink_budget_s
             self.progress(f"found: {result.case_id}: {result.verdict.value}: "
                           f"{result.summary_line()}; shrinking (up to "
@@ -208,26 +256,30 @@ class Fuzzer:
 
     def run(self) -> FuzzRun:
         started = time.monotonic()
+        if self.capabilities is not None:
+            left_out = excluded(self.world_size, self.capabilities)
+            if left_out:
+                self.progress(textwrap.fill(
+                    f"fuzz {self.candidate}: drawing only what it supports; not drawn (it "
+                    f"lacks them): {'; '.join(left_out)}", 120, subsequent_indent="  "))
         self._ends = started + self.run_state.budget_s
         config = settings(max_examples=ROUND, database=None, deadline=None,
                           phases=(Phase.generate, Phase.shrink),
                           suppress_health_check=list(HealthCheck))
         round_number = 0
         while time.monotonic() < self._ends:
-            self._shrinking_until, self._shrink_runs, self._last_failure = None, 0, None
-            sizes = self.run_state.world_sizes
-            self.world_size = sizes[round_number % len(sizes)]
-            strategy = scenarios(self.world_size)
+            self._shrinking_until, self._shrink_runs, self._found = None, 0, None
+            rng = random.Random(self.run_state.seed * 1_000_003 + round_number)
+            strategy = self.round_strategy(round_number, rng)
             try:
-                shrunk = find(strategy, self.fails, settings=config,
-                              random=random.Random(self.run_state.seed * 1_000_003 + round_number))
+                shrunk = find(strategy, self.fails, settings=config, random=rng)
             except NoSuchExample:
                 shrunk = None
             round_number += 1
             if shrunk is not None:
                 result = self.case(shrunk, self.candidate)
-                assert self._last_failure is not None
-                self.run_state.findings.append(Finding(self._last_failure[1], shrunk, result,
+                assert self._found is not None
+                self.run_state.findings.append(Finding(self._found[1], shrunk, result,
                                                        self._shrink_runs, self.world_size))
                 self._answers = {key: False for key in self._answers}  # reported
                 if not self.keep_going:
@@ -236,10 +288,20 @@ class Fuzzer:
         self.run_state.seconds = time.monotonic() - started
         return self.run_state
 
+    def round_strategy(self, round_number: int, rng: random.Random) -> Any:
+        """Round ``round_number``'s world size (in turn) and strategy: the first round
+        draws every feature the candidate has, each later one a swarm of them
+        (:func:`~ddp_conformance.catalog.strategies.swarm`, from ``rng``)."""
+        sizes = self.run_state.world_sizes
+        self.world_size = sizes[round_number % len(sizes)]
+        if round_number == 0:
+            return scenarios(self.world_size, self.capabilities)
+        return scenarios(self.world_size, swarm(self.capabilities, rng))
+
     def status_line(self, started: float) -> str:
         s = self.run_state
         left = max(0.0, self._ends - time.monotonic())
         aside = sum(s.set_aside.values())
         return (f"fuzz {self.candidate}: {s.ran} scenarios, {s.passed} passed, "
-                f"{s.not_applicable} N/A, {aside} set aside (torch does not pass them), "
+                f"{s.not_applicable} N/A, {aside} set aside (failing, torch too), "
                 f"{len(s.findings)} failing; {time.monotonic() - started:.0f}s, {left:.0f}s left")

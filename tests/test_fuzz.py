@@ -1,6 +1,7 @@
 """``ddp-conformance fuzz``: generated scenarios, torch-validity, shrinking, the literal."""
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -11,13 +12,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddp_conformance.catalog.loader import validate
-from ddp_conformance.catalog.scenario import Scenario
+from ddp_conformance.catalog.scenario import Scenario, missing_capabilities
 from ddp_conformance.catalog.strategies import (
+    DRAWN_FEATURES,
     EXACT_LR,
     RANK_DEPENDENT_USE,
     scenario_literal,
     scenarios,
+    swarm,
 )
+from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.errors import UsageError
 from ddp_conformance.fuzz import Fuzzer, parse_duration
 from ddp_conformance.judge.verdict import Result, Verdict
@@ -46,6 +50,46 @@ def test_generated_scenarios_are_valid_and_their_literal_rebuilds_them(data: st.
         assert scenario.autocast is None, "a lossy hook under autocast: chaotic trajectories"
     if scenario.model == "composed" and "float16" in scenario.model_kwargs["blocks"]:
         assert scenario.optimizer.value != "adam", "Adam's eps is 0 in a float16 parameter"
+
+
+#: A plain hand-written DDP: the constructor's first arguments, nothing else.
+PLAIN: frozenset[str] = frozenset()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_scenarios_drawn_for_a_candidate_use_only_what_it_has(data: st.DataObject) -> None:
+    """The generator draws for the candidate in hand: nothing it lacks, so no N/A (a plain
+    DDP, a random half of torch's features), at the world size drawn for."""
+    world_size = data.draw(st.integers(1, 4))
+    capabilities = data.draw(st.sampled_from([PLAIN, swarm(None, random.Random(
+        data.draw(st.integers(0, 99))))]))
+    scenario = data.draw(scenarios(world_size, capabilities))
+    validate(scenario)
+    assert missing_capabilities(scenario, capabilities) == "", scenario
+    assert scenario.unsupported_world_size(world_size) == ""
+
+
+def test_what_a_plain_ddp_lacks_is_said_once() -> None:
+    session = _Session("")
+    session.runner.candidates = {"plain": Candidate("plain", wrap=lambda *a, **k: None,  # type: ignore[arg-type,return-value]
+                                                  capabilities=PLAIN)}
+    lines: list[str] = []
+    run = Fuzzer(session, "plain", budget_s=2, seed=0,  # type: ignore[arg-type]
+                 progress=lines.append).run()
+    said = [line for line in lines if "not drawn" in line]
+    assert len(said) == 1 and "no_sync" in said[0] and "join" in said[0], lines
+    assert "unused_on_rank1" in said[0]  # a model that needs find_unused_parameters
+    assert all(len(line) <= 120 for line in said[0].splitlines())
+    assert run.ran > 0 and run.not_applicable == 0
+
+
+def test_rounds_draw_seeded_swarms_of_features() -> None:
+    """Each round after the first draws a random half of the features, per seed."""
+    rounds = {seed: [swarm(None, random.Random(seed * 1_000_003 + r)) for r in range(1, 6)]
+              for seed in (0, 1)}
+    assert rounds[0] != rounds[1]
+    assert all(0 < len(s & DRAWN_FEATURES) < len(DRAWN_FEATURES) for s in rounds[0])
 
 
 def _draws(seed: int, n: int) -> list[str]:
@@ -84,6 +128,7 @@ class _Session:
 
     def __init__(self, fails_when: str, torch_fails_when: str = "") -> None:
         self.config = type("C", (), {"world_size": 2})()
+        self.runner = type("R", (), {"candidates": {}})()  # capabilities unknown: everything
         self.fails_when, self.torch_fails_when = fails_when, torch_fails_when
         self.runs: list[tuple[str, str]] = []
 
@@ -116,12 +161,13 @@ def test_keep_going_reports_each_failure_once_and_looks_for_others() -> None:
     assert all(f.shrunk.steps >= 2 for f in run.findings)
 
 
-def test_scenarios_torch_does_not_pass_are_set_aside_never_judged() -> None:
+def test_scenarios_torch_does_not_pass_are_set_aside_never_findings() -> None:
+    """torch runs only where the candidate failed, and a failure torch shares is set aside."""
     session = _Session("s.model == 'tied'", torch_fails_when="s.model == 'tied'")
     run = Fuzzer(session, "cand", budget_s=3, seed=0).run()  # type: ignore[arg-type]
     assert not run.findings and run.set_aside["FAIL"] > 0
-    judged = {sid for sid, spec in session.runs if spec == "cand"}
-    assert not any("/tied-" in sid for sid in judged)
+    by_torch = {sid for sid, spec in session.runs if spec == "torch"}
+    assert by_torch and all("/tied-" in sid for sid in by_torch)
 
 
 def test_fuzzing_torch_itself_runs_each_scenario_once_and_finds_nothing() -> None:
@@ -131,15 +177,26 @@ def test_fuzzing_torch_itself_runs_each_scenario_once_and_finds_nothing() -> Non
     assert all(spec == "torch" for _, spec in session.runs)
 
 
-def test_fuzz_finds_and_shrinks_a_mutant_on_real_ranks() -> None:
+def test_fuzz_finds_and_shrinks_a_mutant_on_real_ranks(tmp_path: Path) -> None:
+    (tmp_path / "cwd").mkdir()
     out = subprocess.run(
         [sys.executable, "-m", "ddp_conformance", "fuzz", "--candidate",
-         "tests.mutants.sync:NoSyncIgnored", "--budget", "60s", "--shrink-budget", "30s"],
-        cwd=ROOT, capture_output=True, text=True, timeout=deadline(300))
+         "tests.mutants.sync:NoSyncIgnored", "--budget", "60s", "--shrink-budget", "30s",
+         "--report-dir", str(tmp_path / "r")],
+        cwd=tmp_path / "cwd", capture_output=True, text=True, timeout=deadline(300),
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 1, out.stdout + out.stderr
+    found = next(line for line in out.stdout.splitlines() if line.startswith("found: "))
+    finding = found.split()[1].split("[")[0]  # the finding's one id, from found to shrunk
+    assert f"FAILING at 2 ranks: {finding}[" in out.stdout, out.stdout
     literal = next(line.strip() for line in out.stdout.splitlines()
-                   if line.strip().startswith("Scenario('fuzz/shrunk-"))
+                   if line.strip().startswith("Scenario("))
+    assert literal.startswith(f"Scenario('{finding}-shrunk'"), literal
     assert "accumulate='no_sync'" in literal and "microbatches=2" in literal, literal
+    assert all(len(line) <= 120 for line in out.stdout.splitlines()
+               if line.startswith("set aside"))
+    # hypothesis's files go to the report directory, never to the working directory
+    assert not (tmp_path / "cwd" / ".hypothesis").exists()
 
 
 def test_fuzz_usage_errors_are_one_line() -> None:

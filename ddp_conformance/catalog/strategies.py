@@ -19,6 +19,7 @@ Imported only by the fuzz command: hypothesis is not loaded for a conformance ru
 from __future__ import annotations
 
 import hashlib
+import random
 from typing import Any
 
 from hypothesis import strategies as st
@@ -34,6 +35,7 @@ from ddp_conformance.catalog.scenario import (
     Scenario,
     SyncStrategy,
 )
+from ddp_conformance.contract.capability import Capability
 
 #: Models a generated scenario may use, simplest first, with the least world size each
 #: needs to mean something (a parameter unused on rank 1 needs a rank 1).
@@ -96,6 +98,10 @@ HOOKS: tuple[tuple[CommHook | None, float | None], ...] = (
     (CommHook.POST_LOCAL_SGD, None), (CommHook.BUILTIN_FP16_COMPRESS, 4e-3),
     (CommHook.FP16_COMPRESS_WRAPPER, 4e-3), (CommHook.BUCKET_POSITION, None),
 )
+#: DDP's constructor options a generated scenario may pass.
+DRAWN_OPTIONS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
+                 "find_unused_parameters", "broadcast_buffers", "forward_sync_buffers",
+                 "batched_grad_copy", "bucket_cap_mb_list")
 #: Per-bucket caps (``bucket_cap_mb_list``, torch 2.13), tiny first.
 BUCKET_CAP_LISTS: tuple[tuple[float, ...] | None, ...] = (None, (0.0001, 1.0), (0.0005, 0.0001))
 
@@ -117,10 +123,23 @@ def _maybe(value: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.none(), value)
 
 
+def admitted_models(world_size: int, capabilities: frozenset[str] | None = None) -> list[str]:
+    """The models a scenario may use at ``world_size`` for a candidate with
+    ``capabilities`` (None: every capability): a model with unused parameters needs
+    ``find_unused_parameters`` or ``static_graph``."""
+    unused_ok = capabilities is None or bool(
+        {Capability.option("find_unused_parameters"), Capability.option("static_graph")}
+        & capabilities)
+    return [m for m, least in MODELS
+            if least <= world_size and (unused_ok or m not in UNUSED_MODELS)]
+
+
 @st.composite
-def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
-    """One generated scenario that means something at ``world_size``."""
-    model = draw(st.sampled_from([m for m, least in MODELS if least <= world_size]))
+def scenarios(draw: st.DrawFn, world_size: int,
+              capabilities: frozenset[str] | None = None) -> Scenario:
+    """One generated scenario that means something at ``world_size``, using only what a
+    candidate with ``capabilities`` has (None: everything; :func:`fit`)."""
+    model = draw(st.sampled_from(admitted_models(world_size, capabilities)))
     steps = draw(st.integers(1, 4))
     batch_size = draw(st.integers(1, 5))
     microbatches = draw(st.integers(1, 3))
@@ -164,7 +183,75 @@ def scenarios(draw: st.DrawFn, world_size: int) -> Scenario:
         fields.update(comm_hook_registrations=2, expect_error=TWICE_ERROR)
     if exact:
         fields.update(exact=True, lr=EXACT_LR[model])
+    if capabilities is not None:
+        fields = fit(fields, capabilities)
     return Scenario(id=generated_id(fields), **fields)
+
+
+def fit(fields: dict[str, Any], capabilities: frozenset[str]) -> dict[str, Any]:
+    """The drawn ``fields`` without what a candidate with ``capabilities`` lacks, each
+    feature put back to torch's default (an option not passed, no ``no_sync``, no sync
+    strategy, Join, comm hook, buffer hook, fused optimizer, process-group update or copy):
+    every choice is still drawn, so hypothesis shrinks as before, and the scenario is one
+    the candidate can run rather than an N/A that costs torch's run all the same."""
+    fields = dict(fields)
+    fields["ddp_options"] = {k: v for k, v in fields["ddp_options"].items()
+                             if Capability.option(k) in capabilities}
+    lacks = {c for c in Capability if c.value not in capabilities}
+    if Capability.NO_SYNC in lacks and fields["accumulate"] is Accumulate.NO_SYNC:
+        fields["accumulate"] = Accumulate.SYNC_EACH
+    if Capability.SYNC_STRATEGY in lacks:
+        fields["sync_strategy"] = None
+    if Capability.JOIN in lacks:
+        fields["join"] = None
+    hook = fields["comm_hook"]
+    if hook is not None and (Capability.BUILTIN_COMM_HOOK if hook.builtin
+                             else Capability.COMM_HOOK) in lacks:
+        fields.update(comm_hook=None, rtol=None)
+        if fields.pop("comm_hook_registrations", None):
+            fields.pop("expect_error")
+    for capability, names in ((Capability.BUFFER_COMM_HOOK, ("buffer_comm_hook",)),
+                              (Capability.UPDATE_PROCESS_GROUP, ("update_process_group_at",)),
+                              (Capability.PICKLE, ("copy_wrapper", "copy_wrapper_at"))):
+        if capability in lacks:
+            for name in names:
+                fields.pop(name, None)
+    if Capability.FUSED_OPTIM in lacks and fields["optimizer"] is Optimizer.FUSED_SGD:
+        fields["optimizer"] = Optimizer.SGD
+    return fields
+
+
+#: The capabilities whose features the generator draws (besides the options).
+DRAWN_CAPABILITIES = (Capability.NO_SYNC, Capability.SYNC_STRATEGY, Capability.JOIN,
+                      Capability.COMM_HOOK, Capability.BUILTIN_COMM_HOOK,
+                      Capability.BUFFER_COMM_HOOK, Capability.UPDATE_PROCESS_GROUP,
+                      Capability.PICKLE, Capability.FUSED_OPTIM)
+#: Every feature the generator draws, as capabilities (:func:`fit` keeps what is in a set).
+DRAWN_FEATURES = frozenset({c.value for c in DRAWN_CAPABILITIES}
+                           | {Capability.option(o) for o in DRAWN_OPTIONS})
+
+
+def swarm(capabilities: frozenset[str] | None, rng: random.Random) -> frozenset[str]:
+    """Swarm testing (Groce et al., ISSTA 2012): the capabilities a round draws with, each
+    feature of :data:`DRAWN_FEATURES` that ``capabilities`` has (None: all of them) kept
+    with probability 1/2. A round without some features draws the others more often and
+    in more combinations (a rare pair meets sooner), and each seed gets its own rounds."""
+    base = DRAWN_FEATURES if capabilities is None else capabilities
+    return frozenset(c for c in base if c not in DRAWN_FEATURES or rng.random() < 0.5)
+
+
+def excluded(world_size: int, capabilities: frozenset[str]) -> list[str]:
+    """What :func:`scenarios` leaves out for a candidate with ``capabilities``, in words
+    (the capabilities it lacks that the generator draws, and the models that need them)."""
+    words = sorted(c.value for c in DRAWN_CAPABILITIES if c.value not in capabilities)
+    options = sorted(o for o in DRAWN_OPTIONS if Capability.option(o) not in capabilities)
+    if options:
+        words.append("options " + ", ".join(options))
+    models = sorted(set(admitted_models(world_size)) - set(admitted_models(world_size,
+                                                                            capabilities)))
+    if models:
+        words.append("models " + ", ".join(models))
+    return words
 
 
 def _draw_accumulation(draw: st.DrawFn, model: str,
@@ -199,8 +286,7 @@ def _draw_options(draw: st.DrawFn, model: str) -> dict[str, Any]:
     cap = draw(st.sampled_from(BUCKET_CAPS))
     if cap is not None:
         options["bucket_cap_mb"] = cap
-    for name in ("gradient_as_bucket_view", "static_graph", "find_unused_parameters",
-                 "broadcast_buffers", "forward_sync_buffers", "batched_grad_copy"):
+    for name in DRAWN_OPTIONS[1:-1]:
         value = draw(_maybe(st.booleans()))
         if value is not None:
             options[name] = value
