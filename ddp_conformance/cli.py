@@ -222,9 +222,10 @@ def write_fuzz_summary(out: TextIO, result: FuzzRun, sizes: tuple[int, ...],
               f"{result.passed} passed, {result.not_applicable} N/A, {aside} set aside, "
               f"{len(result.findings)} failing\n")
     if result.set_aside:
-        path = write_set_aside(result, report_dir)
-        for verdict, count in sorted(result.set_aside.items()):
-            out.write(f"set aside: torch's DDP {verdict} on {count} (details: {path})\n"[:120])
+        counts = ", ".join(f"{verdict} on {count}" for verdict, count
+                           in sorted(result.set_aside.items()))
+        out.write(f"set aside (failing, and torch's DDP does not pass them either): {counts}\n"
+                  f"  their scenarios and torch's words: {write_set_aside(result, report_dir)}\n")
 
 
 def write_finding(out: TextIO, finding: Finding, candidate: str, report_dir: str) -> None:

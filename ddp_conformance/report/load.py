@@ -9,6 +9,7 @@ from typing import Any
 
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.verdict import BackendComparison, CheckFailure, Figure, Result, Verdict
+from ddp_conformance.report.compact import WORST_KEY, figures_from
 from ddp_conformance.user_files import read_user_text
 
 RESULTS_FILE = "results.jsonl"
@@ -55,7 +56,8 @@ def result_from_json(data: dict[str, Any]) -> Result:
         device=data.get("device", ""), duration_s=data.get("duration_s", 0.0),
         reason=data.get("reason", ""),
         failures=[CheckFailure(**_known(CheckFailure, f)) for f in data.get("failures", [])],
-        figures=[Figure(**_known(Figure, g)) for g in data.get("figures", [])],
+        figures=[Figure(**_known(Figure, g)) for g in data.get("figures", [])]
+        or figures_from(data.get(WORST_KEY) or {"tensors": [], "checks": {}}),
         tracebacks=ranks(data.get("tracebacks")), stacks=ranks(data.get("stacks")),
         exit_codes=ranks(data.get("exit_codes")), expectation=data.get("expectation"),
         checks_run=data.get("checks_run", []),

@@ -14,6 +14,7 @@ import shutil
 
 from ddp_conformance.report import RESULTS_FILE, write_report_set
 from ddp_conformance.report.common import count_verdicts
+from ddp_conformance.report.compact import record
 from ddp_conformance.report.load import load_results
 
 #: The subdirectory of the report directory holding the workers' parts.
@@ -46,7 +47,7 @@ def merge_parts(directory: str) -> list[str]:
                               "notes": notes}
     if incomplete:
         end["incomplete"] = incomplete
-    lines = [runs[0].info, *({"type": "result", **r.to_json()} for r in results), end]
+    lines = [runs[0].info, *({"type": "result", **record(r)} for r in results), end]
     with open(os.path.join(directory, RESULTS_FILE), "w", encoding="utf-8") as out:
         out.writelines(json.dumps(line, default=str) + "\n" for line in lines)
     written = write_report_set(directory)

@@ -28,6 +28,7 @@ from ddp_conformance.errors import ReportDirError
 from ddp_conformance.judge.verdict import Result
 from ddp_conformance.report import RESULTS_FILE, render
 from ddp_conformance.report.common import count_verdicts
+from ddp_conformance.report.compact import record
 from ddp_conformance.report.coverage import load_coverage
 from ddp_conformance.report.files import ReportFiles, make_dir, write_failed
 from ddp_conformance.report.gitstate import candidate_git_state, project_git_state
@@ -116,7 +117,7 @@ class ResultsWriter:
 
     def add(self, result: Result) -> None:
         self.results.append(result)
-        self._write({"type": "result", **result.to_json()})
+        self._write({"type": "result", **record(result)})
 
     def close(self, notes: list[str] | None = None, incomplete: str | None = None) -> None:
         """Write the end line and render the report set; ``incomplete``: why the run holds
