@@ -61,9 +61,9 @@ def figures_from(data: dict[str, Any]) -> list[Figure]:
     out = []
     for check, (tolerance, rows) in data["checks"].items():
         for row in rows:
-            index, *values = row if isinstance(row, list) else [row, 0.0, 0.0, 0.0]
-            out.append(Figure(check, -1, -1, names[index], True, *map(float, values),
-                              tolerance=float(tolerance)))
+            index, abs_, rel, ulp = row if isinstance(row, list) else [row, 0, 0, 0]
+            out.append(Figure(check, -1, -1, names[index], True, float(abs_), float(rel),
+                              float(ulp), float(tolerance)))
     return out
 
 
