@@ -31,7 +31,7 @@ def record(result: Result) -> dict[str, Any]:
 
 
 def worst(figures: list[Figure]) -> dict[str, Any]:
-    """The worst figures per check and tensor (see the module docstring for the layout).
+    """The worst figures per check and tensor (the layout: the module docstring).
 
     Over steps and ranks, the largest abs, rel and ULP error (a NaN kept: it never loses
     a comparison here, as in the report) and the first tolerance."""
@@ -43,15 +43,18 @@ def worst(figures: list[Figure]) -> dict[str, Any]:
         if row is None:
             tensors.setdefault(g.name, len(tensors))
             checks.setdefault(g.check, [_short(g.tolerance), []])
-            rows[(g.check, g.name)] = [g.max_abs, g.max_rel, g.max_ulp]
+            rows[(g.check, g.name)] = [g.max_abs, g.max_rel, g.max_ulp, g.tolerance]
             continue
         for i, value in enumerate((g.max_abs, g.max_rel, g.max_ulp)):
             if value != value or value > row[i]:
                 row[i] = value
     for (check, name), values in rows.items():
         short = [_short(v) for v in values]
-        index = tensors[name]
-        checks[check][1].append(index if short == [0, 0, 0] else [index, *short])
+        index, default = tensors[name], checks[check][0]
+        if short[3] != default:
+            checks[check][1].append([index, *short])
+        else:
+            checks[check][1].append(index if short[:3] == [0, 0, 0] else [index, *short[:3]])
     return {"tensors": list(tensors), "checks": checks}
 
 
@@ -61,9 +64,10 @@ def figures_from(data: dict[str, Any]) -> list[Figure]:
     out = []
     for check, (tolerance, rows) in data["checks"].items():
         for row in rows:
-            index, abs_, rel, ulp = row if isinstance(row, list) else [row, 0, 0, 0]
+            index, abs_, rel, ulp, tol = [*row, tolerance][:5] if isinstance(row, list) \
+                else [row, 0, 0, 0, tolerance]
             out.append(Figure(check, -1, -1, names[index], True, float(abs_), float(rel),
-                              float(ulp), float(tolerance)))
+                              float(ulp), float(tol)))
     return out
 
 

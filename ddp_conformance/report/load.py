@@ -62,7 +62,7 @@ def result_from_json(data: dict[str, Any]) -> Result:
         exit_codes=ranks(data.get("exit_codes")), expectation=data.get("expectation"),
         checks_run=data.get("checks_run", []),
         costs={str(k): float(v) for k, v in (data.get("costs") or {}).items()},
-        desync=data.get("desync", ""),
+        desync=data.get("desync", ""), rule=data.get("rule", ""),
         comparison=BackendComparison(**_known(BackendComparison, data["comparison"]))
         if data.get("comparison") else None,
         **_known(Result, {"notes": data.get("notes", []),
