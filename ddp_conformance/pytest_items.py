@@ -310,12 +310,11 @@ class ConformanceItem(pytest.Item):
         if result.verdict is Verdict.XFAIL:
             pytest.xfail(f"{result.summary_line()} (expected: {result.expectation})")
         if result.verdict is Verdict.XPASS:
-            # pytest's own XPASS: "the expectation is stale" in its summary; it fails the
-            # run where the project sets xfail_strict, as a non-strict xfail otherwise
-            # (the command line reports it and exits 0).
+            # pytest's own XPASS, strict: the item fails with "[XPASS(strict)] passed,
+            # though expected to fail (...): the expectation is stale".
             self.user_properties.append(("xpass", result.expectation or ""))
             self.add_marker(pytest.mark.xfail(reason=result.explanation_lines()[0],
-                                              strict=self.config.getini("xfail_strict")))
+                                              strict=True))
             return
         raise ScenarioFailed(result)
 

@@ -133,17 +133,18 @@ def test_a_bad_candidate_under_xdist_stops_pytest_with_one_line(candidate: str, 
 
 def test_stale_expectation_is_an_xpass_and_reports_are_merged_under_xdist(
         tmp_path: Path) -> None:
-    """A case expected to fail that passes is pytest's XPASS, saying the expectation is
-    stale; with --ddp-report-dir the workers' parts become one report set."""
+    """A case expected to fail that passes is pytest's strict XPASS, a failure saying the
+    expectation is stale; with --ddp-report-dir the workers' parts become one report set."""
     exp = tmp_path / "e.txt"
     exp.write_text("gradients/exact-dyadic  # expected to fail, but torch passes it\n")
-    proc = pytest_run("suites/test_gradients.py", "-n", "2", "-rX", "-k",
+    proc = pytest_run("suites/test_gradients.py", "-n", "2", "-k",
                       "exact-dyadic and not microbatches or mlp-sgd and not momentum",
                       f"--expectations={exp}",
                       f"--ddp-report-dir={tmp_path / 'r'}")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "1 passed, 1 xpassed" in proc.stdout, proc.stdout[-3000:]
-    assert "XPASS" in proc.stdout and "the expectation is stale" in proc.stdout
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-3000:]
+    assert "[XPASS(strict)] passed, though expected to fail" in proc.stdout
+    assert "the expectation is stale" in proc.stdout
     rows = [json.loads(x) for x in (tmp_path / "r" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["verdict"] for r in rows if r["type"] == "result") == ["PASS", "XPASS"]
     assert rows[-1]["type"] == "end"

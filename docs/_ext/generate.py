@@ -269,6 +269,19 @@ def _diagnosis_codes() -> list[tuple[str, str]]:
     return [(str(c), getattr(c, "doc", "") or "") for c in cause] if cause else []
 
 
+def _compact_record() -> list[str]:
+    """What a passing case's record carries instead of ``figures`` (report/compact.py)."""
+    from ddp_conformance.report import compact
+
+    return [f"A case that passed carries `{compact.WORST_KEY}` in place of `figures`: per "
+            "check and tensor, the worst figure over steps and ranks, as "
+            "`{\"tensors\": [name, ...], \"checks\": {check: [tolerance, rows]}}`; a row is "
+            "`[tensor index, max abs, max rel, max ULP]` with "
+            f"{compact.DIGITS} significant digits, a fifth element where the tensor's "
+            "tolerance is not the check's, or the tensor index alone where all three are 0. "
+            "Every other verdict keeps every figure (per step, rank and tensor).", ""]
+
+
 def results_page() -> str:
     from ddp_conformance.judge.verdict import Result
 
@@ -280,6 +293,7 @@ def results_page() -> str:
            "| field | type | meaning |", "|---|---|---|"]
     out += [f"| `{name}` | `{_cell(ann)}` | {_cell(doc or RESULT_FIELDS.get(name, ''))} |"
             for name, ann, doc in _field_comments(Result)]
+    out += ["", *_compact_record()]
     out += ["", "## The `diagnosis` records", "",
             "One line per candidate whose run had unexpected verdicts: "
             "`{\"type\": \"diagnosis\", \"candidate\": SPEC, \"findings\": [{\"code\", "
