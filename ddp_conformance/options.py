@@ -196,14 +196,15 @@ class Use:
 COMMANDS: dict[str, tuple[Use, ...]] = {
     "fuzz": (
         Use("candidate", "the candidate DDP to fuzz, as for run; exactly one (fuzz each "
-                         "candidate with its own command): torch's DDP runs every scenario "
-                         "first"),
+                         "candidate with its own command): only what it supports is drawn, "
+                         "and torch's DDP runs each scenario it fails"),
         Use("backend"), Use("device"),
         Use("world-size", "ranks (default 2), or world sizes drawn in turn: 1-4, 1,3",
             type=str),
         Use("timeout"), Use("allow-oversubscribe"),
-        Use("report-dir", "each finding's standalone reproducer goes to DIR/repro "
-                          "(default reports/)"),
+        Use("report-dir", "each finding's standalone reproducer goes to DIR/repro, the "
+                          "scenarios set aside to DIR/fuzz-set-aside.txt, hypothesis's files "
+                          "to DIR/.hypothesis (default reports/)"),
     ),
     "repro": (
         Use("candidate", "module:attr, a callable with DDP's constructor (or torch); exactly "

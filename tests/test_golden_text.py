@@ -209,7 +209,7 @@ class TestUsageErrors(expecttest.TestCase):
         self.assertExpectedInline(self.usage_error("--candidate", "nosuch"), """ddp-conformance: error: unknown candidate 'nosuch': not a built-in (torch, reference, torch-python-reducer, replicate, fsdp-no-shard, fsdp-full-shard, fsdp2, lightning, accelerate, deepspeed-zero0, deepspeed-zero1, deepspeed-zero2, fairscale-sharded, torch-compile, torch-compile-split, torch-compile-inductor, torch-compile-ca, ignite, megatron-core, torchft) and not of the form package.module:attr""")
 
     def test_candidate_module_does_not_import(self) -> None:
-        self.assertExpectedInline(self.usage_error("--candidate", "nosuch.module:X"), """ddp-conformance: error: unknown candidate 'nosuch.module:X': cannot import 'nosuch.module' (No module named 'nosuch')""")
+        self.assertExpectedInline(self.usage_error("--candidate", "nosuch.module:X"), """ddp-conformance: error: unknown candidate 'nosuch.module:X': cannot import 'nosuch.module' (No module named 'nosuch'); 'nosuch' is not in <repo>: run from the directory that holds it, or add that directory to PYTHONPATH""")
 
     def test_candidate_attribute_missing(self) -> None:
         self.assertExpectedInline(self.usage_error("--candidate", "tests.limited:Nope"), """ddp-conformance: error: unknown candidate 'tests.limited:Nope': 'tests.limited' has no attribute 'Nope'""")
@@ -345,7 +345,8 @@ options:
   -h, --help            show this help message and exit
   --candidate SPEC, --ddp-candidate SPEC
                         the candidate DDP to fuzz, as for run; exactly one (fuzz each candidate
-                        with its own command): torch's DDP runs every scenario first
+                        with its own command): only what it supports is drawn, and torch's DDP
+                        runs each scenario it fails
   --backend NAME, --ddp-backend NAME
                         process-group backend: gloo (default), nccl, or MODULE:NAME, a backend
                         that importing MODULE registers as NAME
@@ -361,11 +362,14 @@ options:
                         run a world size that does not fit this machine (more ranks than 8 per
                         core, or than its memory holds) instead of refusing it
   --report-dir DIR, --ddp-report-dir DIR
-                        each finding's standalone reproducer goes to DIR/repro (default reports/)
+                        each finding's standalone reproducer goes to DIR/repro, the scenarios set
+                        aside to DIR/fuzz-set-aside.txt, hypothesis's files to DIR/.hypothesis
+                        (default reports/)
   --budget TIME         how long to generate scenarios: 90s, 5m, 1h (default 5m)
   --shrink-budget TIME  how long to shrink a failure (default 2m)
   --seed N              the same seed generates the same scenarios (default 0)
-  --keep-going          after a failure, shrink it and go on until the budget is spent
+  --keep-going          after a finding, shrink it and go on looking for others until the budget
+                        is spent (default: stop at the first finding, shrunk)
 """)
 
 
