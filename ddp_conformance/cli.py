@@ -225,7 +225,7 @@ def write_fuzz_summary(out: TextIO, result: FuzzRun, sizes: tuple[int, ...],
         counts = ", ".join(f"{verdict} on {count}" for verdict, count
                            in sorted(result.set_aside.items()))
         out.write(f"set aside (failing, and torch's DDP does not pass them either): {counts}\n"
-                  f"  their scenarios and torch's words: {write_set_aside(result, report_dir)}\n")
+                  f"  details: {write_set_aside(result, report_dir)}\n")
 
 
 def write_finding(out: TextIO, finding: Finding, candidate: str, report_dir: str) -> None:

@@ -106,23 +106,23 @@ def test_stale_expectations_are_warned_about_under_pytest(tmp_path: Path) -> Non
     assert "expectation 'gradients/exact-dyadic'" not in proc.stdout
 
 
-@pytest.mark.parametrize("candidate, says", [
-    ("nosuch.module:X", "cannot import 'nosuch.module' (No module named 'nosuch'); 'nosuch' "
-                        "is not in {cwd}: run from the directory that holds it, or add that "
-                        "directory to PYTHONPATH"),
-    ("tests.defective:SumsWithoutDividng", "'tests.defective' has no attribute "
-                                           "'SumsWithoutDividng'"),
+@pytest.mark.parametrize("option, says", [
+    (("--candidate", "nosuch.module:X"),
+     "cannot import 'nosuch.module' (No module named 'nosuch'); 'nosuch' is not in {cwd}: run "
+     "from the directory that holds it, or add that directory to PYTHONPATH"),
+    (("--candidate", "tests.defective:SumsWithoutDividng"),
+     "'tests.defective' has no attribute 'SumsWithoutDividng'"),
+    (("--backend", "nosuch:x"), "unknown backend 'nosuch:x'"),
 ])
-def test_a_bad_candidate_under_xdist_stops_pytest_with_one_line(candidate: str, says: str,
-                                                                tmp_path: Path) -> None:
+def test_bad_options_under_xdist_stop_pytest_with_one_line(option: tuple[str, str], says: str,
+                                                           tmp_path: Path) -> None:
     """Under -n the controller checks the options (candidates, backend, values) before any
     worker starts: no worker crash, no INTERNALERROR, pytest's usage exit code; a module
     not found says how to make it importable (run from the repository root for tests.*,
-    from elsewhere for the other)."""
-    cwd = ROOT if candidate.startswith("tests.") else tmp_path
+    from elsewhere for the others)."""
+    cwd = ROOT if option[1].startswith("tests.") else tmp_path
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           str(ROOT / "suites" / "test_models.py"), "-n", "2",
-                           "--candidate", candidate],
+                           str(ROOT / "suites" / "test_models.py"), "-n", "2", *option],
                           cwd=cwd, capture_output=True, text=True, timeout=deadline(120))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 4, output[-3000:]

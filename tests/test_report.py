@@ -19,6 +19,7 @@ from ddp_conformance.cli import main
 from ddp_conformance.judge.verdict import CheckFailure, Figure, Result, Verdict
 from ddp_conformance.report import load_results, write_report_set
 from ddp_conformance.report.common import divergences, per_parameter
+from ddp_conformance.report.compact import figures_from, worst
 from ddp_conformance.report.compare import classify_timing, classify_verdict, compare_dirs
 from ddp_conformance.report.load import NO_END_RECORD
 from ddp_conformance.report.stream import ResultsWriter
@@ -83,6 +84,13 @@ def test_results_round_trip_through_jsonl(tmp_path: Path) -> None:
     results = sample_results()
     run = load_results(str(write_run(tmp_path, results)))
     assert run.complete and run.notes == ["a note"] and run.info["world_size"] == 2
+    # Every case whole, but a passing one's figures: the worst per check and tensor, over
+    # steps and ranks (step and rank -1: report/compact.py; tests/test_compact_records.py).
+    passed = [r for r in results if r.verdict is Verdict.PASS and r.figures]
+    assert passed
+    for r in passed:
+        r.figures = figures_from(worst(r.figures))
+        assert {(g.step, g.rank) for g in r.figures} == {(-1, -1)}
     assert [r.to_json() for r in run.results] == [r.to_json() for r in results]
     assert run.results[2].tracebacks[1].endswith("boom")  # rank keys are ints again
 
