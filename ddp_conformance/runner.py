@@ -28,6 +28,8 @@ from ddp_conformance.config import RunConfig
 from ddp_conformance.contract.backend import resolve_backend
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.ddp_like import kwargs_only_remark
+from ddp_conformance.judge.diagnose.endings import candidate_roots, explain_ending
+from ddp_conformance.judge.diagnose.kwargs import passes_on
 from ddp_conformance.contract.registry import resolve_candidate
 from ddp_conformance.judge.costs import CostMeter
 from ddp_conformance.judge.evidence import Evidence
@@ -143,6 +145,7 @@ class Runner:
         if self._leak_note:
             result.notes.append(self._leak_note)
         self._name_swallowed_options(scenario, spec, result)
+        explain_ending(result, scenario.join is not None, candidate_roots(spec))
         return result
 
     def conclude(self, result: Result, started: float) -> Result:
@@ -153,19 +156,18 @@ class Runner:
 
     def _name_swallowed_options(self, scenario: Scenario, spec: str, result: Result) -> None:
         """A FAIL, ERROR, TIMEOUT or CRASH of a scenario whose DDP options the candidate
-        takes only through ``**kwargs`` says so in its one line and its notes: the
-        candidate may have swallowed them (``contract.ddp_like.kwargs_only_remark``)."""
+        takes only through ``**kwargs`` and does not hand on to torch's DDP says so in its
+        notes: the candidate may have swallowed them
+        (``contract.ddp_like.kwargs_only_remark``). The diagnosis repeats it on a finding
+        only where every case it explains set such an option (where it could have
+        changed the verdict: :mod:`ddp_conformance.judge.diagnose.findings`)."""
         if not result.verdict.unexpected:
             return
-        remark = kwargs_only_remark(self.candidates[spec].capabilities, scenario.ddp_options)
-        if not remark:
-            return
-        result.notes.append(remark)
-        if result.failures:
-            first = result.failures[0]
-            first.message = f"{first.message} ({remark})"
-        else:
-            result.reason = f"{result.reason} ({remark})" if result.reason else remark
+        options = [o for o in scenario.ddp_options
+                   if not passes_on(spec, o)]
+        remark = kwargs_only_remark(self.candidates[spec].capabilities, options)
+        if remark:
+            result.notes.append(remark)
 
     def _result(self, scenario: Scenario, spec: str, verdict: Verdict, reason: str = "") -> Result:
         return Result(scenario.id, self.candidate_name(spec), verdict, self.config.world_size,
@@ -262,15 +264,17 @@ class Runner:
         evidence = Evidence()
         reference = None if scenario.expect_error else self.reference_records(scenario, spec)
         strict = self.config.strict_profile or spec in STRICT_CANDIDATES
+        cause = None
         for group in scenario.groups_for(self.config.world_size):
             mine = {r: records[r] for r in group}
             theirs = {r: reference[r] for r in group} if reference is not None else None
             oracle = self.oracles.oracle(scenario, group, self.costs)
             try:
                 with self.costs.timing("checks"):
-                    judge_group(evidence, scenario, mine, oracle, theirs, strict=strict,
-                                trace=self.config.trace,
-                                strict_messages=self.config.strict_messages)
+                    found = judge_group(evidence, scenario, mine, oracle, theirs, strict=strict,
+                                        trace=self.config.trace,
+                                        strict_messages=self.config.strict_messages)
+                cause = cause or found
             except Exception as exc:  # noqa: BLE001 - records outside the contract: this case's error
                 return self._result(
                     scenario, spec, Verdict.ERROR,
@@ -279,6 +283,8 @@ class Runner:
         result = self._result(scenario, spec, Verdict.FAIL if evidence.failures else Verdict.PASS)
         result.failures, result.figures, result.checks_run, result.notes = (
             evidence.failures, evidence.figures, evidence.checks, evidence.notes)
+        if cause is not None:
+            result.cause = cause.to_json()
         self.references.explain(result, scenario.id, compared=reference is not None)
         if scenario.torch_limit is not None:
             result.notes.append(torch_limit_note(scenario, records))

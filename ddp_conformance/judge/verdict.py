@@ -126,6 +126,9 @@ class Result:
     rule: str = ""
     #: The upstream bugs the scenario guards (``Scenario.guards``: ``owner/repo#N``).
     guards: list[str] = field(default_factory=list)
+    #: The cause of an unexpected verdict (``code``, ``relation``, ``check``:
+    #: :class:`ddp_conformance.judge.diagnose.case.CaseCause`); empty: none diagnosed.
+    cause: dict[str, str] = field(default_factory=dict)
 
     @property
     def case_id(self) -> str:

@@ -66,7 +66,8 @@ def result_from_json(data: dict[str, Any]) -> Result:
         comparison=BackendComparison(**_known(BackendComparison, data["comparison"]))
         if data.get("comparison") else None,
         **_known(Result, {"notes": data.get("notes", []),
-                          "guards": list(data.get("guards", []))}))
+                          "guards": list(data.get("guards", [])),
+                          "cause": data.get("cause") or {}}))
 
 
 def results_path(path: str) -> str:

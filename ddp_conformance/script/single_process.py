@@ -65,6 +65,10 @@ class OracleStep:
     #: count them used and write the reduced zeros. The value is zero either way; which of
     #: the two torch does is the reference's to pin (``reference.grad_none``).
     zero_or_none: frozenset[str] = frozenset()
+    #: Per active rank, its local gradients of the step (summed over its microbatches),
+    #: before any reduction: what a diagnosis compares a wrong gradient with ("equals
+    #: rank 1's local gradient"). Empty: not kept.
+    local: dict[int, Tensors] = field(default_factory=dict)
 
 
 @dataclass
@@ -163,7 +167,7 @@ def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
             grads = {n: None if params[n].requires_grad else g for n, g in grads.items()}
         record.steps.append(OracleStep(active, grads, clone(params),
                                        {r: clone(rank_buffers[r]) for r in active}, at_forward,
-                                       scales, defined, frozenset(zero_or_none)))
+                                       scales, defined, frozenset(zero_or_none), local))
     # Join's post hook syncs the final model from the highest-ranked last joiner.
     record.last_joiner = max(r for r in ranks if steps[r] == max(steps.values()))
     record.final_params = clone(params)
