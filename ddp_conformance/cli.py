@@ -32,6 +32,7 @@ from ddp_conformance.errors import (
     UsageError,
 )
 from ddp_conformance.interruption import RUN_SIGNALS, RunGuard
+from ddp_conformance.judge.diagnose.findings import diagnose
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import (
     CLI,
@@ -41,7 +42,8 @@ from ddp_conformance.options import (
     run_config,
 )
 from ddp_conformance.report.command import add_parser as add_report_parser
-from ddp_conformance.report.common import count_verdicts, verdict_matrix
+from ddp_conformance.report.common import verdict_matrix
+from ddp_conformance.report.diagnosis import closing_line, opening_lines
 
 if TYPE_CHECKING:
     # torch is imported once a command runs, never for --help or a usage error
@@ -326,9 +328,11 @@ def conclude_run(session: Session, notes: list[str], planned: int, started: floa
         out.write(tabulate(session.stability.memory_rows(),
                            ["repeat", *(f"rank {r}" for r in range(session.config.world_size))],
                            tablefmt="simple") + "\n")
-    out.write(summary_table(session.results[-planned:]) + "\n")
-    counts = count_verdicts(session.results)
-    out.write(", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    last = session.results[-planned:]
+    diagnoses = diagnose(last)
+    out.write("".join(f"{line}\n" for line in opening_lines(last, diagnoses)))
+    out.write(summary_table(last) + "\n")
+    out.write(closing_line(session.results, diagnoses)
               + f" in {time.monotonic() - started:.1f}s; reports in "
               f"{os.path.abspath(args.ddp_report_dir)}\n")
     if session.incomplete is not None:  # --maxfail: the run stopped early

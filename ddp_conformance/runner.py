@@ -28,10 +28,10 @@ from ddp_conformance.config import RunConfig
 from ddp_conformance.contract.backend import resolve_backend
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.ddp_like import kwargs_only_remark
-from ddp_conformance.judge.diagnose.endings import candidate_roots, explain_ending
-from ddp_conformance.judge.diagnose.kwargs import passes_on
 from ddp_conformance.contract.registry import resolve_candidate
 from ddp_conformance.judge.costs import CostMeter
+from ddp_conformance.judge.diagnose.endings import candidate_roots, explain_ending
+from ddp_conformance.judge.diagnose.kwargs import passes_on
 from ddp_conformance.judge.evidence import Evidence
 from ddp_conformance.judge.expectations import Expectations
 from ddp_conformance.judge.failures import failed_run, last_line

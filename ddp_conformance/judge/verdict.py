@@ -153,16 +153,26 @@ class Result:
         return "; ".join(messages)
 
     def explanation_lines(self, width: int = RULE_WIDTH) -> list[str]:
-        """The lines printed under a case's verdict line: why (:meth:`summary_line`), or
-        for an XPASS the expectation that no longer holds, then for a failure of the
-        scenario (FAIL, ERROR, TIMEOUT, CRASH, XFAIL) the DDP rule it checks, wrapped to
-        ``width`` columns. Never an empty line."""
+        """The lines printed under a case's verdict line: its cause (``[code] relation``,
+        :mod:`ddp_conformance.judge.diagnose`) when diagnosed, then why
+        (:meth:`summary_line`), or for an XPASS the expectation that no longer holds,
+        then for a failure of the scenario (FAIL, ERROR, TIMEOUT, CRASH, XFAIL) the DDP
+        rule: the failing check's when the scenario's rule is about something else
+        (:func:`~ddp_conformance.judge.check_rules.shown_rule`), wrapped to ``width``
+        columns. Never an empty line."""
         why = self.summary_line()
         if self.verdict is Verdict.XPASS:
             why = f"passed, though expected to fail ({self.expectation}): the expectation is stale"
         lines = [why] if why else []
+        if self.cause and self.verdict is not Verdict.XPASS:
+            relation = self.cause.get("relation", "")
+            head = f"[{self.cause.get('code', '')}] {relation or why}"
+            lines = [head] + [line for line in lines if line != relation]
         if self.rule and (self.verdict.unexpected or self.verdict is Verdict.XFAIL):
-            lines += rule_lines(self.rule, width)
+            from ddp_conformance.judge.check_rules import shown_rule
+
+            check = self.failures[0].check if self.failures else ""
+            lines += rule_lines(shown_rule(self.rule, check), width)
         return lines
 
     def to_json(self) -> dict[str, Any]:

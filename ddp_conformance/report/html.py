@@ -5,8 +5,16 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.judge.check_rules import shown_rule
+from ddp_conformance.judge.diagnose.findings import case_cause, diagnose
+from ddp_conformance.judge.verdict import RULE_LABEL, Result, Verdict
 from ddp_conformance.ranks.outcome import describe_exit
+from ddp_conformance.report.diagnosis import (
+    BY_CHECK_HEADER,
+    CLOSING_ORDER,
+    by_check_rows,
+    diagnosis_lines,
+)
 
 from . import errorplot, plots
 from .common import (
@@ -177,9 +185,11 @@ def case_html(r: Result) -> str:
     parts = [f'<div class="case" id="{anchor(r)}" style="border-color:{colour}">',
              f"<h3>{badge(r.verdict.value)}<code>{esc(r.case_id)}</code> "
              f'<span class="muted">({r.duration_s:.2f}s)</span></h3>',
-             f"<p>{esc(r.summary_line())}</p>"]
+             *(f"<p>{esc(line)}</p>" for line in r.explanation_lines(10**6)
+               if not line.startswith(RULE_LABEL))]
     if r.rule:
-        parts.append(f'<p class="rule"><b>Rule:</b> {esc(r.rule)}</p>')
+        rule = shown_rule(r.rule, r.failures[0].check if r.failures else "")
+        parts.append(f'<p class="rule"><b>Rule:</b> {esc(rule)}</p>')
     if r.guards:
         parts.append(f"<p><b>Guards:</b> {esc(', '.join(r.guards))}</p>")
     if r.expectation:
@@ -303,6 +313,41 @@ def timing_html(bench: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def diagnosis_html(results: list[Result]) -> list[str]:
+    """The report's opening: the diagnosis and by-check table, the unexpected verdicts
+    grouped by cause, the expected failures, N/A grouped by what is missing (each case
+    keeps its anchor, which the matrix links to)."""
+    lines = diagnosis_lines(diagnose(results))
+    parts = ["<h2>Diagnosis</h2>", f"<pre>{esc(chr(10).join(lines))}</pre>" if lines else
+             "<p>No unexpected verdict: nothing to diagnose.</p>"]
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        if r.verdict.unexpected:
+            groups.setdefault(str(case_cause(r).code), []).append(r)
+    if groups:
+        parts.append("<p>Unexpected verdicts by the check that failed first:</p>"
+                     + table(BY_CHECK_HEADER, by_check_rows(results)))
+        parts.append("<h2>Failures by cause</h2>")
+        for code, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            parts.append(f"<h3><code>{esc(code)}</code>: {len(members)} case(s)</h3>")
+            parts += [case_html(r) for r in members]
+    other = [r for r in results if r.verdict in (Verdict.XFAIL, Verdict.XPASS)]
+    if other:
+        parts.append("<h2>Expected failures and stale expectations</h2>")
+        parts += [case_html(r) for r in other]
+    na: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        if r.verdict is Verdict.NA:
+            na.setdefault((r.candidate, r.reason), []).append(r)
+    if na:
+        parts.append("<h2>Not applicable, by what is missing</h2>")
+        for (candidate, reason), members in sorted(na.items(), key=lambda kv: -len(kv[1])):
+            parts.append(f"<p><code>{esc(candidate)}</code>: {len(members)} N/A: {esc(reason)}</p>"
+                         "<ul>" + "".join(f'<li id="{anchor(r)}"><code>{esc(r.case_id)}</code></li>'
+                                          for r in members) + "</ul>")
+    return parts
+
+
 def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[str],
                 bench: dict[str, Any] | None = None, incomplete: str | None = None,
                 coverage: dict[str, Any] | None = None) -> str:
@@ -323,8 +368,9 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
     if results:
         counts = count_verdicts(results)
         parts.append("<h2>Verdicts</h2><p>" + "".join(
-            badge(v, f"{v} {n}") for v, n in sorted(counts.items(), key=lambda kv: list(COLOURS).index(kv[0])
-                                                    if kv[0] in COLOURS else 99)) + "</p>")
+            badge(v, f"{v} {n}") for v, n in sorted(counts.items(), key=lambda kv: CLOSING_ORDER.index(kv[0])
+                                                    if kv[0] in CLOSING_ORDER else 99)) + "</p>")
+        parts += diagnosis_html(results)
         parts.append(matrix_html(results))
         parts.append(slowest_html(results, slowest_count(info)))
         comparison = backend_comparison(results)
@@ -332,15 +378,6 @@ def render_html(info: dict[str, Any] | None, results: list[Result], notes: list[
             intro, header, rows = comparison
             parts.append(f"<h2>Backend comparison: {esc(header[2])} and {esc(header[3])}</h2>"
                          f"<p>{esc(intro)}</p>" + table(header, rows))
-        bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
-        if bad:
-            parts.append("<h2>Failures, errors and expectations</h2>")
-            parts += [case_html(r) for r in bad]
-        na = [r for r in results if r.verdict is Verdict.NA]
-        if na:
-            parts.append("<h2>Not applicable</h2><ul>" + "".join(
-                f'<li id="{anchor(r)}"><code>{esc(r.case_id)}</code>: {esc(r.reason)}</li>'
-                for r in na) + "</ul>")
         passed = [r for r in results if r.verdict is Verdict.PASS and r.figures]
         if passed:
             parts.append("<h2>Passed cases: error figures</h2>")

@@ -5,13 +5,14 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.judge.check_rules import shown_rule
+from ddp_conformance.judge.diagnose.findings import case_cause, diagnose
+from ddp_conformance.judge.verdict import RULE_LABEL, Result, Verdict
 
 from .common import (
     DIVERGENCE_HEADER,
     backend_comparison,
     count_verdicts,
-    counts_line,
     divergence_row,
     divergences,
     slowest_cases,
@@ -23,6 +24,13 @@ from .common import (
 from .coverage import HEADER as COVERAGE_HEADER
 from .coverage import intro as coverage_intro
 from .coverage import rows as coverage_rows
+from .diagnosis import (
+    BY_CHECK_HEADER,
+    by_check_rows,
+    closing_counts,
+    diagnosis_lines,
+    not_applicable_lines,
+)
 from .timing import timing_markdown
 
 MAX_TRACE_LINES = 40
@@ -57,9 +65,13 @@ def _tail(text: str, limit: int = MAX_TRACE_LINES) -> str:
 
 
 def case_markdown(r: Result) -> list[str]:
-    lines = [f"### {r.verdict.value} `{r.case_id}`", "", r.summary_line() or "", ""]
+    said = r.explanation_lines()
+    rule_at = next((i for i, line in enumerate(said) if line.startswith(RULE_LABEL)), len(said))
+    lines = [f"#### {r.verdict.value} `{r.case_id}`", "", *(f"{line}  " for line in said[:rule_at]),
+             ""]
     if r.rule:
-        lines += [f"**Rule:** {r.rule}", ""]
+        rule = shown_rule(r.rule, r.failures[0].check if r.failures else "")
+        lines += [f"**Rule:** {rule}", ""]
     if r.guards:
         lines += [f"**Guards:** {', '.join(r.guards)}", ""]
     lines += [f"Note: {note}" for note in r.notes] + ([""] if r.notes else [])
@@ -96,6 +108,44 @@ def slowest_markdown(results: list[Result], n: int) -> list[str]:
                              colalign=align), ""]
 
 
+def diagnosis_markdown(results: list[Result]) -> list[str]:
+    """'## Diagnosis': per candidate the causes of its unexpected verdicts (none: a line
+    saying so), then the by-check table."""
+    lines = diagnosis_lines(diagnose(results), markdown=True)
+    if not lines:
+        return ["## Diagnosis", "", "No unexpected verdict: nothing to diagnose.", ""]
+    rows = by_check_rows(results)
+    return ["## Diagnosis", "", "```", *lines, "```", "",
+            "Unexpected verdicts by the check that failed first:", "",
+            tabulate(rows, BY_CHECK_HEADER, tablefmt="github", disable_numparse=True), ""]
+
+
+def failures_markdown(results: list[Result]) -> list[str]:
+    """The cases that did not pass: unexpected ones grouped by cause, then the expected
+    failures and stale expectations, then N/A grouped by what is missing."""
+    lines: list[str] = []
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        if r.verdict.unexpected:
+            groups.setdefault(str(case_cause(r).code), []).append(r)
+    if groups:
+        lines += ["## Failures by cause", ""]
+        for code, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            lines += [f"### `{code}`: {len(members)} case{'' if len(members) == 1 else 's'}", ""]
+            for r in members:
+                lines += case_markdown(r)
+    other = [r for r in results if r.verdict in (Verdict.XFAIL, Verdict.XPASS)]
+    if other:
+        lines += ["## Expected failures and stale expectations", ""]
+        for r in other:
+            lines += case_markdown(r)
+    na = [r for r in results if r.verdict is Verdict.NA]
+    if na:
+        lines += ["## Not applicable", ""]
+        lines += [f"- {line}" for line in not_applicable_lines(results, markdown=True)] + [""]
+    return lines
+
+
 def incomplete_line(incomplete: str) -> str:
     """The line an interrupted run's summary starts with."""
     return (f"**Incomplete run**: {incomplete}; the verdicts below are the finished cases "
@@ -112,23 +162,18 @@ def markdown_summary(info: dict[str, Any], results: list[Result], notes: list[st
         lines += [incomplete_line(incomplete), ""]
     lines += [line + "  " for line in run_header(info)] + [""]
     if results:
-        lines += ["Verdicts: " + counts_line(count_verdicts(results)), ""]
+        lines += ["Verdicts: " + closing_counts(count_verdicts(results)), ""]
+        lines += diagnosis_markdown(results)
+    lines += failures_markdown(results)
+    if results:
         header, rows = verdict_matrix(results)
-        lines += [tabulate(rows, header, tablefmt="github"), ""]
+        lines += ["## Verdict matrix", "", tabulate(rows, header, tablefmt="github"), ""]
         lines += slowest_markdown(results, slowest_count(info))
         comparison = backend_comparison(results)
         if comparison is not None:
             intro, header, rows = comparison
             lines += [f"## Backend comparison: {header[2]} and {header[3]}", "", intro, "",
                       tabulate(rows, header, tablefmt="github", disable_numparse=True), ""]
-    bad = [r for r in results if r.verdict not in (Verdict.PASS, Verdict.NA)]
-    na = [r for r in results if r.verdict is Verdict.NA]
-    if bad:
-        lines += ["## Not passed", ""]
-        for r in bad:
-            lines += case_markdown(r)
-    if na:
-        lines += ["## Not applicable", ""] + [f"- `{r.case_id}`: {r.reason}" for r in na] + [""]
     if bench:
         lines += timing_markdown(bench)
     if coverage:

@@ -126,6 +126,10 @@ class ResultsWriter:
         try:
             if self.failed is not None:
                 return
+            from ddp_conformance.judge.diagnose.findings import diagnose
+
+            for diagnosis in diagnose(self.results):  # one record per candidate, cases first
+                self._write(diagnosis.to_json())
             end: dict[str, Any] = {"type": "end", "counts": dict(count_verdicts(self.results)),
                                    "notes": notes or []}
             if incomplete is not None:

@@ -9,40 +9,16 @@ steps' averages are comparable). A relation is stated only when it holds for eve
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from ddp_conformance.judge.diagnose import values
-from ddp_conformance.judge.diagnose.causes import Cause
+from ddp_conformance.judge.diagnose.causes import CaseCause, Cause
 from ddp_conformance.judge.registry import Context
 from ddp_conformance.judge.verdict import CheckFailure
 from ddp_conformance.script.collective import gradient_reduction
 
+__all__ = ["CaseCause", "diagnose_group"]
+
 #: The buffer checks whose first failure is read as a broadcast's.
 BUFFER_CHECKS = ("replica.buffer_broadcast", "oracle.buffer", "reference.buffer")
-
-
-@dataclass
-class CaseCause:
-    """A case's cause: its code, the relation seen (the case's first line) and the check
-    whose evidence it reads."""
-
-    code: Cause
-    relation: str
-    check: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"code": str(self.code), "relation": self.relation, "check": self.check}
-
-    @staticmethod
-    def from_json(data: dict[str, Any] | None) -> CaseCause | None:
-        if not data or "code" not in data:
-            return None
-        try:
-            code = Cause(data["code"])
-        except ValueError:  # a code of a newer version: kept as unexplained
-            code = Cause.UNEXPLAINED
-        return CaseCause(code, str(data.get("relation", "")), str(data.get("check", "")))
 
 
 def diagnose_group(ctx: Context) -> CaseCause | None:

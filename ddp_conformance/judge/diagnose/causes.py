@@ -9,6 +9,8 @@ exact evidence that yields it; ``docs/diagnosis.md`` lists them
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Any
 
 
 class Cause(enum.StrEnum):
@@ -123,3 +125,24 @@ class Cause(enum.StrEnum):
 #: The verdict-level causes: what an ERROR, CRASH or TIMEOUT is, before any value.
 ENDINGS = frozenset({Cause.CRASH, Cause.RAISES, Cause.HANG_IN_COLLECTIVE,
                      Cause.HANG_OUTSIDE_COLLECTIVE, Cause.JOIN_NOT_SHADOWED})
+
+
+@dataclass
+class CaseCause:
+    """A case's cause: its code, the relation seen (the case's first line) and the check
+    whose evidence it reads."""
+
+    code: Cause
+    relation: str
+    check: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": str(self.code), "relation": self.relation, "check": self.check}
+
+    @staticmethod
+    def from_json(data: dict[str, Any] | None) -> CaseCause | None:
+        if not data or "code" not in data:
+            return None
+        # A code of a newer version is read as unexplained.
+        code = next((c for c in Cause if c.value == data["code"]), Cause.UNEXPLAINED)
+        return CaseCause(code, str(data.get("relation", "")), str(data.get("check", "")))

@@ -11,8 +11,7 @@ import os
 import re
 import sys
 
-from ddp_conformance.judge.diagnose.case import CaseCause
-from ddp_conformance.judge.diagnose.causes import Cause
+from ddp_conformance.judge.diagnose.causes import CaseCause, Cause
 from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.ranks.stacks import in_collective, main_frames
 

@@ -14,8 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ddp_conformance.judge.diagnose.case import CaseCause
-from ddp_conformance.judge.diagnose.causes import Cause
+from ddp_conformance.judge.diagnose.causes import CaseCause, Cause
 from ddp_conformance.judge.verdict import Result, Verdict
 
 #: The words the ``**kwargs`` note of a case carries (``contract.ddp_like.THROUGH_KWARGS``).
