@@ -20,6 +20,7 @@ raises it again, and the session still ends with 143.
 """
 from __future__ import annotations
 
+import json
 import signal
 import warnings
 from collections.abc import Iterator
@@ -30,13 +31,15 @@ import pytest
 from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import Interrupted, UsageError
-from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.judge.verdict import RULE_LABEL, Result, Verdict
 from ddp_conformance.options import PYTEST, run_config
 
 if TYPE_CHECKING:
     from ddp_conformance.interruption import RunGuard
 
 _SESSION_KEY = pytest.StashKey["PytestSession"]()
+#: The user property that carries a case's verdict and cause to the terminal summary.
+CASE_PROPERTY = "ddp_case"
 
 
 class ConformanceWarning(UserWarning):
@@ -175,6 +178,7 @@ class _Hooks:
         self.holder.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        write_diagnosis(terminalreporter)
         session = self.holder._session
         if session is None or not session.results:
             return
@@ -189,6 +193,38 @@ class _Hooks:
         if directory and not hasattr(self.holder.pytest_config, "workerinput"):
             terminalreporter.write_line(f"reports: {directory}/ (summary.md, junit.xml, "
                                         f"report.html, results.jsonl)")
+
+
+def write_diagnosis(terminalreporter: Any) -> None:
+    """The diagnosis section of the terminal summary: the same lines as the command line's
+    closing block (diagnosis, by cause, by check, N/A grouped) and its closing counts,
+    read from the items' reports (so pytest-xdist's controller has them too)."""
+    from ddp_conformance.report.diagnosis import closing_line, opening_lines
+    from ddp_conformance.report.load import result_from_json
+
+    results = []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", "") != "call":
+                continue
+            for key, value in getattr(report, "user_properties", ()):
+                if key == CASE_PROPERTY:
+                    results.append(result_from_json(json.loads(value)))
+    if not results:
+        return
+    terminalreporter.write_sep("-", "ddp-conformance diagnosis")
+    for line in opening_lines(results):
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(closing_line(results))
+
+
+def case_record(result: Result) -> dict[str, Any]:
+    """The little of a result the diagnosis needs: verdict, cause, first failure, notes."""
+    return {"scenario": result.scenario, "candidate": result.candidate,
+            "verdict": result.verdict.value, "world_size": result.world_size,
+            "duration_s": round(result.duration_s, 3), "reason": result.reason,
+            "cause": result.cause, "notes": [n for n in result.notes if "**kwargs" in n],
+            "failures": [{"check": f.check, "message": f.message} for f in result.failures[:1]]}
 
 
 def _holder(config: pytest.Config) -> PytestSession:
@@ -275,7 +311,8 @@ class ScenarioFailed(Exception):
     """A verdict other than PASS, carrying the result for the report."""
 
     def __init__(self, result: Result) -> None:
-        super().__init__(result.summary_line())
+        said = result.explanation_lines(10**6)
+        super().__init__(said[0] if said else result.summary_line())
         self.result = result
 
 
@@ -303,6 +340,8 @@ class ConformanceItem(pytest.Item):
         finally:
             holder.in_case = False
         self.user_properties.append(("verdict", result.verdict.value))
+        # What the terminal summary's diagnosis reads (pytest-xdist carries it to the controller).
+        self.user_properties.append((CASE_PROPERTY, json.dumps(case_record(result))))
         if result.verdict is Verdict.PASS:
             return
         if result.verdict is Verdict.NA:
@@ -330,12 +369,12 @@ class ConformanceItem(pytest.Item):
 
 def describe(result: Result) -> Iterator[str]:
     """A failed case's evidence block, as pytest shows it: the command line's lines (the
-    verdict and why, the DDP rule), then one line per check for the failures the first
+    cause and why, the DDP rule), then one line per check for the failures the first
     line does not show (its first message, and how many more at which steps and ranks),
     then the ranks' tracebacks and stacks."""
-    why, *rule = result.explanation_lines()
-    yield f"{result.verdict.value}: {result.case_id}: {why}"
-    yield from rule
+    first, *rest = result.explanation_lines() or [""]
+    yield f"{result.verdict.value}: {result.case_id}: {first}"
+    yield from rest
     yield from _other_failures(result)
     for rank, tb in sorted(result.tracebacks.items()):
         yield f"--- rank {rank} traceback ---\n{tb}"
