@@ -100,12 +100,43 @@ def ending_cause(result: Result, join: bool, roots: tuple[str, ...] = ()) -> Cas
                          + (f'; its last message: "{said}"' if said else ""))
     if result.verdict is not Verdict.TIMEOUT:
         return None
-    waiting = bool(result.desync) or any(in_collective(s) for s in result.stacks.values())
-    if join and waiting:
+    return _hang_cause(result, join, roots)
+
+
+def _hang_cause(result: Result, join: bool, roots: tuple[str, ...]) -> CaseCause:
+    """A TIMEOUT's cause: a rank that raised while its peers waited (``raises``); a rank
+    stuck in the candidate's own code, outside torch (``hang-outside-collective``); else
+    ranks waiting in collectives (a desync, or stacks in torch): under Join
+    ``join-not-shadowed``, otherwise ``hang-in-collective``."""
+    raised = {r: tb for r, tb in result.tracebacks.items() if tb.strip()}
+    if raised:
+        rank, tb = min(raised.items())
+        where = candidate_frame(tb, roots)
+        return CaseCause(Cause.RAISES, f"rank {rank} raised {_exception_line(tb)}"
+                         + (f" at {where}" if where else "") + "; the other ranks waited for it")
+    stuck = {r: stack_frame(s, roots) for r, s in result.stacks.items()
+             if not in_collective(s) and _innermost_is_candidate(s, roots)}
+    if stuck and not result.desync:
+        rank, where = min(stuck.items())
+        return CaseCause(Cause.HANG_OUTSIDE_COLLECTIVE,
+                         f"rank {rank} stuck at {where}, outside any collective; "
+                         + result.reason)
+    if join:
         return CaseCause(Cause.JOIN_NOT_SHADOWED, "ranks hang in collectives after a rank "
                          "joined: the joined rank does not shadow them; " + result.reason)
-    return CaseCause(Cause.HANG_IN_COLLECTIVE if waiting else Cause.HANG_OUTSIDE_COLLECTIVE,
-                     result.reason)
+    return CaseCause(Cause.HANG_IN_COLLECTIVE, result.reason)
+
+
+def _innermost_is_candidate(stack: str, roots: tuple[str, ...]) -> bool:
+    """Whether a stuck rank's innermost frame is the candidate's own code (not torch's)."""
+    frames = main_frames(stack)
+    return bool(frames) and _innermost([frames[0]], roots) != ""
+
+
+def _exception_line(traceback: str) -> str:
+    from ddp_conformance.judge.failures import last_line
+
+    return last_line(traceback)
 
 
 def candidate_roots(spec: str) -> tuple[str, ...]:

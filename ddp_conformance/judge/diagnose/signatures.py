@@ -68,9 +68,10 @@ def magnitude(expected: Tensor, scale: float = 0.0) -> float:
 
 
 def fits_ratio(actual: Tensor, expected: Tensor, ratio: float, terms: int,
-               scale: float = 0.0) -> bool:
+               scale: float = 0.0, dtype: torch.dtype | None = None) -> bool:
     """Every element of ``actual`` is ``ratio`` times ``expected``'s, within
-    :func:`rounding_bound` (in ``expected``'s dtype, ``scale`` or ``max|expected|``).
+    :func:`rounding_bound` (in ``dtype``, default ``expected``'s; ``scale`` or
+    ``max|expected|``).
     False for an all-zero ``expected`` (a ratio to nothing says nothing), for shapes
     that differ, and for non-finite values."""
     pair = _finite_pair(actual, expected)
@@ -80,7 +81,7 @@ def fits_ratio(actual: Tensor, expected: Tensor, ratio: float, terms: int,
     mag = magnitude(expected, scale)
     if mag == 0.0:
         return False
-    bound = rounding_bound(expected.dtype, mag, terms, ratio)
+    bound = rounding_bound(dtype or expected.dtype, mag, terms, ratio)
     return bool(((a - ratio * e).abs() <= bound).all())
 
 
@@ -105,7 +106,8 @@ def constant_ratio(actual: Tensor, expected: Tensor, terms: int, scale: float = 
     return c
 
 
-def equal_within(actual: Tensor, target: Tensor, terms: int, scale: float = 0.0) -> bool:
+def equal_within(actual: Tensor, target: Tensor, terms: int, scale: float = 0.0,
+                 dtype: torch.dtype | None = None) -> bool:
     """``actual`` equals ``target`` within :func:`rounding_bound` (an all-zero ``target``
     only when ``actual`` is all zeros too)."""
     pair = _finite_pair(actual, target)
@@ -114,18 +116,20 @@ def equal_within(actual: Tensor, target: Tensor, terms: int, scale: float = 0.0)
     a, t = pair
     if magnitude(target, scale) == 0.0:
         return bool((a == 0).all())
-    return fits_ratio(actual, target, 1.0, terms, scale)
+    return fits_ratio(actual, target, 1.0, terms, scale, dtype)
 
 
-def permuted(actual: Tensor, expected: Tensor, terms: int, scale: float = 0.0) -> bool:
+def permuted(actual: Tensor, expected: Tensor, terms: int, scale: float = 0.0,
+             dtype: torch.dtype | None = None) -> bool:
     """``actual`` holds ``expected``'s elements in another order: their sorted values are
-    equal within :func:`rounding_bound` and their positions are not."""
+    equal within :func:`rounding_bound` (in ``dtype``, default ``expected``'s) and their
+    positions are not."""
     pair = _finite_pair(actual, expected)
-    if pair is None or equal_within(actual, expected, terms, scale):
+    if pair is None or equal_within(actual, expected, terms, scale, dtype):
         return False
     a, e = pair
-    return equal_within(a.sort().values, e.sort().values, terms,
-                        magnitude(expected, scale)) and not bool((a == e).all())
+    return equal_within(a.sort().values, e.sort().values, terms, magnitude(expected, scale),
+                        dtype or expected.dtype)
 
 
 def narrowed_through(actual: Tensor, expected: Tensor, terms: int, scale: float = 0.0

@@ -46,13 +46,14 @@ def buffer_source(ctx: Context) -> Found | None:
                   for q in records}
         for rank in sorted(records):
             seen = records[rank].steps[step].buffers_at_forward
-            if not seen or _same(seen[0], before[source]) or _same(before[rank], before[source]):
+            if not seen or _same(seen[0], before[source]):
                 continue
-            holder = next((q for q in sorted(records) if _same(seen[0], before[q])), None)
-            if holder == rank:
+            order = [rank] + [q for q in sorted(records) if q != rank]  # its own first
+            holder = next((q for q in order if _same(seen[0], before[q])), None)
+            if holder == rank and rank != source:
                 return (Cause.BUFFERS_NOT_BROADCAST, f"rank {rank} starts step {step}'s forward "
                         f"with its own buffers, expected rank {source}'s (not broadcast)")
-            if holder is not None:
+            if holder is not None and holder != rank:
                 return (Cause.BUFFERS_WRONG_SOURCE, f"rank {rank} starts step {step}'s forward "
                         f"with rank {holder}'s buffers, expected rank {source}'s")
     return None
@@ -122,15 +123,16 @@ def _params(wrong: list[Wrong], ctx: Context, step: int) -> str:
 
 def _named_ratio(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
     world = len(ctx.records)
-    named: list[tuple[float, Cause, str]] = [
-        (float(world), Cause.NO_DIVISION, f"(= world size {world}): summed without dividing"),
-        (1.0 / world, Cause.DOUBLE_DIVISION, f"(= 1/world size {world}): divided twice")]
+    named: list[tuple[float, Cause, str]] = []
     active = len(ctx.oracle.steps[step].active) if step < len(ctx.oracle.steps) else world
-    if ctx.scenario.join is not None and active < world:
+    if ctx.scenario.join is not None and active < world:  # first: W / 1 active is W too
         named += [(world / active, Cause.JOIN_DIVISOR, f"(= {world} ranks / {active} active): "
                    "Join's divisor ignored divide_by_initial_world_size"),
                   (active / world, Cause.JOIN_DIVISOR, f"(= {active} active / {world} ranks): "
                    "Join's divisor ignored divide_by_initial_world_size")]
+    named += [
+        (float(world), Cause.NO_DIVISION, f"(= world size {world}): summed without dividing"),
+        (1.0 / world, Cause.DOUBLE_DIVISION, f"(= 1/world size {world}): divided twice")]
     for ratio, code, why in named:
         if ratio != 1.0 and all(sig.fits_ratio(a, e, ratio, world, _scale(ctx, step, n))
                                 for _, n, a, e in wrong):
@@ -147,7 +149,7 @@ def _scaled(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
         return None
     c = ratios[0]
     assert c is not None
-    if not all(sig.fits_ratio(a, e, c, world, _scale(ctx, step, n)) for _, n, a, e in wrong):
+    if abs(c) < 1e-6 or not all(sig.fits_ratio(a, e, c, world, _scale(ctx, step, n)) for _, n, a, e in wrong):
         return None
     return Cause.SCALED, f"every wrong gradient at step {step} is {c:.4g}x the expected " \
                          f"(a constant factor; world size {world})"
@@ -196,7 +198,7 @@ def _stale(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
         return Cause.STALE_GRADIENT, (f"every wrong gradient is zero at step {step} and step "
                                       f"{step + 1} holds step {step}'s expected average: "
                                       "one step late")
-    return None
+    return Cause.UNEXPLAINED, f"every wrong gradient at step {step} is zero"
 
 
 def _grad_of(grads: dict[str, Tensor | None], name: str) -> Tensor | None:
@@ -224,7 +226,7 @@ def _permuted(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
     scale = float(sum(f.abs().max() for f in flat.values()))
     for q in sorted(flat):
         rest = sum((flat[p] for p in flat if p != q), torch.zeros_like(actual))
-        if sig.permuted(world * actual - rest, flat[q], world, scale):
+        if sig.permuted(world * actual - rest, flat[q], world, scale, wrong[0][3].dtype):
             return Cause.LAYOUT_MISMATCH, (f"rank {q}'s local gradient entered the reduction "
                                            f"with its elements permuted (step {step}, "
                                            f"{_params(wrong, ctx, step)}): its bucket is laid "
