@@ -20,9 +20,11 @@ _TB_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<
 #: Paths that are never the candidate's own: the harness, torch, Python's library.
 _NOT_CANDIDATE = (f"{os.sep}torch{os.sep}", f"{os.sep}ddp_conformance{os.sep}", "<frozen ",
                   f"{os.sep}lib{os.sep}python3", "<string>")
-#: A line of a dead rank's output that is the backend's (or the C++ runtime's) word.
-_BACKEND_LINE = re.compile(r"what\(\)|[Ee]rror|gloo|NCCL|[Ee]xception|[Aa]bort|terminate|"
-                           r"[Ff]atal|[Ss]egmentation|doesn't match|mismatch")
+#: A line of a dead rank's output that is the backend's (or the C++ runtime's) own word,
+#: preferred; then a generic fatal line (Python's "Fatal Python error: Aborted").
+_BACKEND_LINE = re.compile(r"what\(\)|enforce|gloo|NCCL|[A-Za-z]+Error:|[Ee]xception|"
+                           r"doesn't match|mismatch|terminate called")
+_FATAL_LINE = re.compile(r"[Ff]atal|[Aa]bort|[Ss]egmentation|[Ee]rror")
 #: Harness types a message may name, and what they stand for.
 HARNESS_WORDS = {
     "TracingProcessGroup": "ProcessGroup (the backend's group, as the harness traces it)",
@@ -73,14 +75,15 @@ def _short(path: str) -> str:
 
 def backend_message(output: str) -> str:
     """The last line of a dead rank's output that carries the backend's own word (gloo's
-    enforce, a C++ ``what()``, a fatal signal), '' when none does."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if line.startswith(("File \"", "Current thread", "Thread 0x", "(process died",
-                            "(its Python")):
-            continue
-        if _BACKEND_LINE.search(line):
-            return line[:300]
+    enforce, a C++ ``what()``, an exception line), else its last fatal line ('' when
+    there is neither)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()
+             and not ln.strip().startswith(("File \"", "Current thread", "Thread 0x",
+                                              "(process died", "(its Python"))]
+    for pattern in (_BACKEND_LINE, _FATAL_LINE):
+        said = next((line for line in reversed(lines) if pattern.search(line)), "")
+        if said:
+            return said[:300]
     return ""
 
 
