@@ -82,8 +82,11 @@ def _trace(ctx: Context, first: CheckFailure) -> CaseCause | None:
         return CaseCause(Cause.REDUCED_TWICE if twice else Cause.NOT_REDUCED,
                          _plain(first).removeprefix("trace.reduced_once: "), check)
     if check == "trace.dtype":
-        return CaseCause(Cause.NARROWED_PRECISION, _plain(first).removeprefix("trace.dtype: "),
-                         check)
+        wire = _plain(first).removeprefix("trace.dtype: ")
+        seen = values.gradient_relation(ctx, "oracle.grad")
+        if seen is not None and seen[0] is Cause.NARROWED_PRECISION:
+            wire = f"{seen[1]}; {wire}"
+        return CaseCause(Cause.NARROWED_PRECISION, wire, check)
     if check == "trace.buckets" and all(f.check == "trace.buckets" for f in ctx.evidence.failures):
         return CaseCause(Cause.BUCKET_LAYOUT, _plain(first).removeprefix("trace.buckets: "),
                          check)

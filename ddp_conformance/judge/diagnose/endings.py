@@ -90,8 +90,10 @@ def backend_message(output: str) -> str:
 def ending_cause(result: Result, join: bool, roots: tuple[str, ...] = ()) -> CaseCause | None:
     """The cause of an ERROR, CRASH or TIMEOUT (None for other verdicts)."""
     if result.verdict is Verdict.ERROR:
-        where = next((candidate_frame(tb, roots) for _, tb in sorted(result.tracebacks.items())
-                      if candidate_frame(tb, roots)), "")
+        named = [int(r) for r in re.findall(r"rank (\d+) raised", result.reason)]
+        order = sorted(result.tracebacks, key=lambda r: (r not in named, r))
+        where = next((candidate_frame(result.tracebacks[r], roots) for r in order
+                      if candidate_frame(result.tracebacks[r], roots)), "")
         return CaseCause(Cause.RAISES, user_words(result.reason) + (f" at {where}" if where
                                                                    else ""))
     if result.verdict is Verdict.CRASH:
