@@ -156,18 +156,24 @@ class Runner:
 
     def _name_swallowed_options(self, scenario: Scenario, spec: str, result: Result) -> None:
         """A FAIL, ERROR, TIMEOUT or CRASH of a scenario whose DDP options the candidate
-        takes only through ``**kwargs`` and does not hand on to torch's DDP says so in its
-        notes: the candidate may have swallowed them
-        (``contract.ddp_like.kwargs_only_remark``). The diagnosis repeats it on a finding
-        only where every case it explains set such an option (where it could have
-        changed the verdict: :mod:`ddp_conformance.judge.diagnose.findings`)."""
+        takes only through ``**kwargs`` says so in its one line and its notes: the
+        candidate may have swallowed them (``contract.ddp_like.kwargs_only_remark``). Not
+        for options a subclass of torch's DDP hands on to it untouched
+        (:func:`~ddp_conformance.judge.diagnose.kwargs.passes_on`): those reach the DDP.
+        The diagnosis repeats the note on a finding only where every case it explains
+        set such an option (:mod:`ddp_conformance.judge.diagnose.findings`)."""
         if not result.verdict.unexpected:
             return
-        options = [o for o in scenario.ddp_options
-                   if not passes_on(spec, o)]
+        options = [o for o in scenario.ddp_options if not passes_on(spec, o)]
         remark = kwargs_only_remark(self.candidates[spec].capabilities, options)
-        if remark:
-            result.notes.append(remark)
+        if not remark:
+            return
+        result.notes.append(remark)
+        if result.failures:
+            first = result.failures[0]
+            first.message = f"{first.message} ({remark})"
+        else:
+            result.reason = f"{result.reason} ({remark})" if result.reason else remark
 
     def _result(self, scenario: Scenario, spec: str, verdict: Verdict, reason: str = "") -> Result:
         return Result(scenario.id, self.candidate_name(spec), verdict, self.config.world_size,

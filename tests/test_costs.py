@@ -78,7 +78,8 @@ def test_summary_lists_the_slowest_first_with_their_phases_and_the_run_shares() 
                timed("a/middle", 1.5, oracle=1.0, checks=0.5),
                Result("a/na", "torch", Verdict.NA, 2, "gloo", "cpu", 0.0, reason="needs join")]
     text = markdown_summary({"durations": 2}, results, [])
-    assert text.index("## Slowest cases") < text.index("## Not applicable")
+    # The reading order: what did not pass (N/A grouped) before the matrix and the timing.
+    assert text.index("## Not applicable") < text.index("## Slowest cases")
     section = slowest_section(text)
     rows = table_rows(section)
     # "comparison" only in a run that compared two backends (--compare-backend).

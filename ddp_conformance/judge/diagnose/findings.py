@@ -3,7 +3,9 @@
 Only unexpected verdicts count (FAIL, ERROR, TIMEOUT, CRASH: an XFAIL the expectations file
 lists is accepted, a PASS or N/A fails nothing); a candidate with none has no finding. Each
 case's cause (``Result.cause``, from :mod:`.case` or :mod:`.endings`) is counted under its
-code; findings are ordered by the cases they explain, most first, then by code. A finding
+code; findings are ordered by the cases they explain, most first; among equals a
+cause read from values or traces before one read from how the case ended (an ERROR, CRASH
+or TIMEOUT often follows from a feature the candidate lacks), ``unexplained`` last. A finding
 says where it shows (scenario families) and where it does not (families whose cases ran
 and showed another cause or none), the smallest case to look at first (the quickest to
 run, then the shortest id) and the command that writes its reproducer.
@@ -14,7 +16,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ddp_conformance.judge.diagnose.causes import CaseCause, Cause
+from ddp_conformance.judge.diagnose.causes import ENDINGS, CaseCause, Cause
 from ddp_conformance.judge.verdict import Result, Verdict
 
 #: The words the ``**kwargs`` note of a case carries (``contract.ddp_like.THROUGH_KWARGS``).
@@ -91,7 +93,8 @@ def _diagnose_one(candidate: str, results: list[Result]) -> Diagnosis:
         groups.setdefault(str(cause.code), []).append((r, cause))
     ran = {family(r.scenario) for r in results if r.verdict is not Verdict.NA}
     findings = [_finding(code, members, ran) for code, members in groups.items()]
-    findings.sort(key=lambda f: (-f.cases, f.code == str(Cause.UNEXPLAINED), f.code))
+    findings.sort(key=lambda f: (-f.cases, f.code == str(Cause.UNEXPLAINED),
+                                 f.code in ENDINGS, f.code))
     return Diagnosis(candidate, len(unexpected), findings)
 
 
