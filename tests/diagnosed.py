@@ -159,10 +159,20 @@ class MismatchedBucketOnRank1(_HookedDDP):
     HOOK = _mismatched_on_rank1
 
 
-class PassThroughHook(_HookedDDP):
-    """Correct: a comm hook that averages exactly as torch's default reduction does."""
+class PassThroughHook(DistributedDataParallel):
+    """Correct: a comm hook that averages exactly as torch's default reduction does,
+    registered at the first forward unless the user registered one of their own (torch
+    takes one hook only)."""
 
-    HOOK = _passthrough
+    def register_comm_hook(self, state: Any, hook: Any) -> None:
+        self._user_hook = True
+        super().register_comm_hook(state, hook)
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_user_hook", False) and not getattr(self, "_hooked", False):
+            self._hooked = True
+            super().register_comm_hook(self.process_group, _passthrough)
+        return super().forward(*inputs, **kwargs)
 
 
 class BroadcastsBuffersFromLastRank(DistributedDataParallel):

@@ -50,6 +50,9 @@ def failed_result() -> Result:
     """A FAIL as SumsWithoutDividing produces it: two checks failed, figures for both."""
     return result(
         "gradients/mlp-sgd", DEFECTIVE, Verdict.FAIL, duration_s=2.46,
+        cause={"code": "no-division", "check": "oracle.grad",
+               "relation": "every wrong gradient at step 0 is 2.000x the expected (= world "
+                           "size 2): summed without dividing"},
         costs={"handover": 0.0, "wrap": 0.31, "steps": 0.42, "record": 0.02, "transfer": 0.08,
                "reference": 0.55, "oracle": 0.9, "checks": 0.15, "other": 0.03},
         failures=[
@@ -97,6 +100,9 @@ def timeout_result() -> Result:
     """A TIMEOUT as the runner makes it: every stuck rank's faulthandler stack."""
     return result(
         "join/uneven-divide-by-initial", HANGS, Verdict.TIMEOUT, duration_s=8.02,
+        cause={"code": "join-not-shadowed", "check": "",
+               "relation": "ranks hang in collectives after a rank joined: the joined rank "
+                           "does not shadow them"},
         reason="no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce "
                "(distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at "
                "__exit__ (join.py:274)",
@@ -150,6 +156,7 @@ class TestProgressLine(expecttest.TestCase):
     def test_fail_with_message(self) -> None:
         self.assertExpectedInline(progress_line(12, 12, failed_result()), """\
 [12/12] FAIL    gradients/mlp-sgd[tests.defective:SumsWithoutDividing] (2.46s)
+    [no-division] every wrong gradient at step 0 is 2.000x the expected (= world size 2): summed without dividing
     oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644""")
 
 
@@ -387,7 +394,38 @@ ddp-conformance at 0123456789ab (dirty)··
 candidate `torch` 2.13.0+cpu··
 candidate `tests.defective:SumsWithoutDividing`, git fedcba987654··
 
-Verdicts: PASS 1, FAIL 1
+Verdicts: FAIL 1, PASS 1
+
+## Diagnosis
+
+```
+diagnosis of `tests.defective:SumsWithoutDividing`: 1 cause for 1 unexpected verdict
+  1. `no-division` (1 case): every wrong gradient at step 0 is 2.000x the expected (= world size 2): summed without dividing
+     shows in gradients
+     look first at `gradients/mlp-sgd[tests.defective:SumsWithoutDividing]`: `ddp-conformance repro gradients/mlp-sgd --candidate tests.defective:SumsWithoutDividing --world-size 2`
+```
+
+Unexpected verdicts by the check that failed first:
+
+| check (first failed)   | cases   | causes        |
+|------------------------|---------|---------------|
+| oracle.grad            | 1       | no-division 1 |
+
+## Failures by cause
+
+### `no-division`: 1 case
+
+#### FAIL `gradients/mlp-sgd[tests.defective:SumsWithoutDividing]`
+
+[no-division] every wrong gradient at step 0 is 2.000x the expected (= world size 2): summed without dividing··
+oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644··
+
+| check        |   first step | rank(s)   | parameter(s)   |   max abs |   max rel |   max ULP |   tolerance (rtol) |
+|--------------|--------------|-----------|----------------|-----------|-----------|-----------|--------------------|
+| oracle.grad  |            0 | 0, 1      | 0.weight       |   0.465   |   400     | 2.029e+09 |              1e-05 |
+| oracle.param |            0 | 0         | 4.weight       |   0.00678 |     0.149 | 1.819e+06 |              1e-05 |
+
+## Verdict matrix
 
 | scenario          | torch   | tests.defective:SumsWithoutDividing   |
 |-------------------|---------|---------------------------------------|
@@ -404,17 +442,6 @@ Where the run's time went: oracle 37% · reference 22% · steps 17% · wrap 13% 
 | gradients/mlp-sgd[tests.defective:SumsWithoutDividing] | FAIL      |     2.460 |      0.000 |  0.310 |   0.420 |    0.020 |      0.080 |       0.550 |    0.900 |    0.150 |   0.030 |
 | gradients/mlp-sgd[torch]                               | PASS      |     0.000 |          - |      - |       - |        - |          - |           - |        - |        - |       - |
 
-## Not passed
-
-### FAIL `gradients/mlp-sgd[tests.defective:SumsWithoutDividing]`
-
-oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644
-
-| check        |   first step | rank(s)   | parameter(s)   |   max abs |   max rel |   max ULP |   tolerance (rtol) |
-|--------------|--------------|-----------|----------------|-----------|-----------|-----------|--------------------|
-| oracle.grad  |            0 | 0, 1      | 0.weight       |   0.465   |   400     | 2.029e+09 |              1e-05 |
-| oracle.param |            0 | 0         | 4.weight       |   0.00678 |     0.149 | 1.819e+06 |              1e-05 |
-
 ## Notes
 
 - gradients/mlp-sgd: not compared with the reference DDP (reference could not run it: timeout)
@@ -422,7 +449,8 @@ oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle
 
     def test_fail_pytest_evidence(self) -> None:
         self.assertExpectedInline("\n".join(describe(failed_result())), """\
-FAIL: gradients/mlp-sgd[tests.defective:SumsWithoutDividing]: oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644
+FAIL: gradients/mlp-sgd[tests.defective:SumsWithoutDividing]: [no-division] every wrong gradient at step 0 is 2.000x the expected (= world size 2): summed without dividing
+  oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644
   oracle.param: step 0, rank 0, '4.weight': max abs error 0.00678 against the oracle (max rel 0.149, 1.819e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.249""")
 
     def test_timeout_markdown(self) -> None:
@@ -437,23 +465,29 @@ candidate `tests.defective:JoinHookDoesNotShadow` 1.0··
 
 Verdicts: TIMEOUT 1
 
-| scenario                      | tests.defective:JoinHookDoesNotShadow   |
-|-------------------------------|-----------------------------------------|
-| join/uneven-divide-by-initial | TIMEOUT                                 |
+## Diagnosis
 
-## Slowest cases
+```
+diagnosis of `tests.defective:JoinHookDoesNotShadow`: 1 cause for 1 unexpected verdict
+  1. `join-not-shadowed` (1 case): ranks hang in collectives after a rank joined: the joined rank does not shadow them
+     shows in join
+     look first at `join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]`: `ddp-conformance repro join/uneven-divide-by-initial --candidate tests.defective:JoinHookDoesNotShadow --world-size 2`
+```
 
-The one case (8.0 s in all), seconds per phase. The reference DDP's run and the oracle are cached per scenario: each is charged to the case that ran it.
+Unexpected verdicts by the check that failed first:
 
-| case                                                                 | verdict   |   seconds |
-|----------------------------------------------------------------------|-----------|-----------|
-| join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow] | TIMEOUT   |     8.020 |
+| check (first failed)   | cases   | causes              |
+|------------------------|---------|---------------------|
+| TIMEOUT                | 1       | join-not-shadowed 1 |
 
-## Not passed
+## Failures by cause
 
-### TIMEOUT `join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]`
+### `join-not-shadowed`: 1 case
 
-no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)
+#### TIMEOUT `join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]`
+
+[join-not-shadowed] ranks hang in collectives after a rank joined: the joined rank does not shadow them··
+no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)··
 
 rank 0 stack:
 
@@ -476,11 +510,26 @@ Current thread 0x00007f9a0c4d1740 (most recent call first):
   File "/venv/lib/python3.11/site-packages/torch/distributed/algorithms/join.py", line 274 in __exit__
   File "/src/ddp_conformance/ranks/procedure.py", line 97 in run_steps
 ```
+
+## Verdict matrix
+
+| scenario                      | tests.defective:JoinHookDoesNotShadow   |
+|-------------------------------|-----------------------------------------|
+| join/uneven-divide-by-initial | TIMEOUT                                 |
+
+## Slowest cases
+
+The one case (8.0 s in all), seconds per phase. The reference DDP's run and the oracle are cached per scenario: each is charged to the case that ran it.
+
+| case                                                                 | verdict   |   seconds |
+|----------------------------------------------------------------------|-----------|-----------|
+| join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow] | TIMEOUT   |     8.020 |
 """)
 
     def test_timeout_pytest_evidence(self) -> None:
         self.assertExpectedInline("\n".join(describe(timeout_result())), """\
-TIMEOUT: join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]: no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)
+TIMEOUT: join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]: [join-not-shadowed] ranks hang in collectives after a rank joined: the joined rank does not shadow them
+  no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)
 --- rank 0 stack ---
 Thread 0x00007f2e5d7fe6c0 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 331 in wait

@@ -167,7 +167,7 @@ class Result:
         if self.cause and self.verdict is not Verdict.XPASS:
             relation = self.cause.get("relation", "")
             head = f"[{self.cause.get('code', '')}] {relation or why}"
-            lines = [head] + [line for line in lines if line != relation]
+            lines = [head] + [line for line in lines if line not in relation]
         if self.rule and (self.verdict.unexpected or self.verdict is Verdict.XFAIL):
             from ddp_conformance.judge.check_rules import shown_rule
 
