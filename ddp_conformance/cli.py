@@ -332,9 +332,9 @@ def conclude_run(session: Session, notes: list[str], planned: int, started: floa
     diagnoses = diagnose(last)
     out.write("".join(f"{line}\n" for line in opening_lines(last, diagnoses)))
     out.write(summary_table(last) + "\n")
-    out.write(closing_line(session.results, diagnoses)
-              + f" in {time.monotonic() - started:.1f}s; reports in "
-              f"{os.path.abspath(args.ddp_report_dir)}\n")
+    out.write(closing_line(session.results, diagnoses,
+                           f" in {time.monotonic() - started:.1f}s; reports in "
+                           f"{os.path.abspath(args.ddp_report_dir)}") + "\n")
     if session.incomplete is not None:  # --maxfail: the run stopped early
         out.write(f"ddp-conformance: {session.incomplete}\n")
     return EXIT_FAILED if session.failed() else EXIT_OK

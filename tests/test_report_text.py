@@ -101,24 +101,44 @@ class TestTerminal(expecttest.TestCase):
 ddp-conformance: 4 cases, 2 ranks, gloo/cpu, pool persistent, torch #
 started 2 rank processes in #s
 [1/4] FAIL    buffers/conv-bn-broadcast[tests.defective:NeverBroadcastsBuffers] (#s)
+    [buffers-not-broadcast] rank 1 starts step 1's forward with its own buffers, expected rank 0's (not broadcast)
     replica.buffer_broadcast: step 1, rank 1, 'bn.running_mean': max abs error 0.0351 against rank 0's buffers at the same forward (max rel 6.13, 2.031e+09 ulp) exceeds bitwise equality
     rule: With broadcast_buffers=True (the default) DDP broadcasts rank 0's buffers, such as
           BatchNorm running statistics, to every rank before each forward that follows a synced one.
 [2/4] FAIL    buffers/conv-bn-broadcast[tests.defective:SumsWithoutDividing] (#s)
-    oracle.grad: step 0, rank 0, 'conv.weight': max abs error 0.447 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.493 (option broadcast_buffers was taken only through **kwargs); oracle.grad: step 0, rank 1, 'conv.weight': max abs error 0.447 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.493
-    rule: With broadcast_buffers=True (the default) DDP broadcasts rank 0's buffers, such as
-          BatchNorm running statistics, to every rank before each forward that follows a synced one.
+    [no-division] every wrong gradient at step 0 is 2.000x the expected (= world size 2): summed without dividing
+    oracle.grad: step 0, rank 0, 'conv.weight': max abs error 0.447 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.493
+    rule: After a synced backward every rank holds the average over ranks of the local gradients.
 [3/4] PASS    gradients/exact-fp16-near-range[tests.defective:NeverBroadcastsBuffers] (#s)
 [4/4] FAIL    gradients/exact-fp16-near-range[tests.defective:SumsWithoutDividing] (#s)
+    [no-division] every wrong gradient at step 0 is 2.000x the expected (or overflowed to inf) (= world size 2): summed without dividing
     oracle.grad: step 0, rank 0, 'weight': 8 element(s) non-finite on one side only or with another value (NaN, +inf, -inf must match the oracle's position by position)
     rule: torch divides each gradient by the world size before summing over ranks, so the float16
           sum stays in range; summing first and dividing after overflows to inf.
 writing reports to REPORTS ...
+diagnosis of tests.defective:NeverBroadcastsBuffers: 1 cause for 1 unexpected verdict
+  1. buffers-not-broadcast (1 case): rank 1 starts step 1's forward with its own buffers, expected rank 0's (not broadcast)
+     shows in buffers; not in gradients
+     look first at buffers/conv-bn-broadcast[tests.defective:NeverBroadcastsBuffers]: ddp-conformance repro buffers/conv-bn-broadcast --candidate tests.defective:NeverBroadcastsBuffers --world-size 2
+diagnosis of tests.defective:SumsWithoutDividing: 1 cause for 2 unexpected verdicts
+  1. no-division (2 cases): every wrong gradient at step 0 is 2.000x the expected (or overflowed to inf) (= world size 2): summed without dividing
+     shows in buffers, gradients
+     look first at gradients/exact-fp16-near-range[tests.defective:SumsWithoutDividing]: ddp-conformance repro gradients/exact-fp16-near-range --candidate tests.defective:SumsWithoutDividing --world-size 2
+
+unexpected verdicts by cause:
+  buffers-not-broadcast (1): buffers/conv-bn-broadcast[tests.defective:NeverBroadcastsBuffers]
+  no-division (2): buffers/conv-bn-broadcast[tests.defective:SumsWithoutDividing], gradients/exact-fp16-near-range[tests.defective:SumsWithoutDividing]
+
+check (first failed)      cases    causes
+------------------------  -------  -----------------------
+oracle.grad               2        no-division 2
+replica.buffer_broadcast  1        buffers-not-broadcast 1
+
 scenario                         tests.defective:NeverBroadcastsBuffers    tests.defective:SumsWithoutDividing
 -------------------------------  ----------------------------------------  -------------------------------------
 buffers/conv-bn-broadcast        FAIL                                      FAIL
 gradients/exact-fp16-near-range  PASS                                      FAIL
-3 FAIL, 1 PASS in #s; reports in REPORTS
+FAIL 3, PASS 1 in #s; reports in REPORTS; first cause: buffers-not-broadcast (1 of tests.defective:NeverBroadcastsBuffers's cases); no-division (2 of tests.defective:SumsWithoutDividing's cases)
 """)
         summary = Path(reports, "summary.md").read_text()
         assert "**Rule:** torch divides each gradient by the world size before summing" in summary

@@ -110,11 +110,13 @@ def opening_lines(results: list[Result], diagnoses: list[Diagnosis] | None = Non
     return lines + ([""] if lines else [])
 
 
-def closing_line(results: list[Result], diagnoses: list[Diagnosis] | None = None) -> str:
-    """The verdict counts in :data:`CLOSING_ORDER`, and the first cause when there is one."""
+def closing_line(results: list[Result], diagnoses: list[Diagnosis] | None = None,
+                 after_counts: str = "") -> str:
+    """The verdict counts in :data:`CLOSING_ORDER`, ``after_counts`` (the run's time...),
+    and each candidate's first cause when there is one."""
     from ddp_conformance.judge.diagnose.findings import diagnose
 
-    line = closing_counts(Counter(r.verdict.value for r in results))
+    line = closing_counts(Counter(r.verdict.value for r in results)) + after_counts
     top = [(d.candidate, d.findings[0]) for d in (diagnoses if diagnoses is not None
                                                    else diagnose(results)) if d.findings]
     if top:

@@ -131,3 +131,18 @@ def test_the_bound_scales_with_the_dtype_and_the_terms() -> None:
                                                                                 1.0, 2)
     assert sig.unit_roundoff(torch.complex64) == sig.unit_roundoff(torch.float32)
     assert sig.unit_roundoff(torch.int64) == 0.0
+
+
+def test_a_sum_that_overflows_is_still_the_ratio_where_it_is_finite() -> None:
+    g0 = torch.tensor([30000.0, 1.0, -2.0, 40000.0], dtype=torch.float16)
+    g1 = torch.tensor([35000.0, 3.0, 2.0, 30000.0], dtype=torch.float16)
+    expected, actual = g0 / 2 + g1 / 2, g0 + g1  # 70000 overflows float16
+    assert torch.isinf(actual).any()
+    assert sig.fits_ratio(actual, expected, 2.0, 2)
+    assert not sig.fits_ratio(actual, expected, 1.0, 2)
+    nan = actual.clone()
+    nan[1] = float("nan")
+    assert not sig.fits_ratio(nan, expected, 2.0, 2)
+    # inf where twice the expected is far from float16's range: not an overflow.
+    small = torch.tensor([10.0, 2.0], dtype=torch.float16)
+    assert not sig.fits_ratio(torch.tensor([float("inf"), 4.0], dtype=torch.float16), small, 2.0, 2)

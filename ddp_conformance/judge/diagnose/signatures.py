@@ -71,18 +71,38 @@ def fits_ratio(actual: Tensor, expected: Tensor, ratio: float, terms: int,
                scale: float = 0.0, dtype: torch.dtype | None = None) -> bool:
     """Every element of ``actual`` is ``ratio`` times ``expected``'s, within
     :func:`rounding_bound` (in ``dtype``, default ``expected``'s; ``scale`` or
-    ``max|expected|``).
-    False for an all-zero ``expected`` (a ratio to nothing says nothing), for shapes
-    that differ, and for non-finite values."""
-    pair = _finite_pair(actual, expected)
-    if pair is None:
+    ``max|expected|``), or overflowed to the infinity of its sign where ``ratio`` times
+    the expected element is beyond what the dtype holds (:func:`overflowed`). False for an
+    all-zero or non-finite ``expected`` (a ratio to nothing says nothing), for shapes
+    that differ, and for a NaN."""
+    if actual.numel() != expected.numel() or actual.numel() == 0:
         return False
-    a, e = pair
+    a, e = _flat(actual), _flat(expected)
+    dtype = dtype or expected.dtype
+    if not bool(torch.isfinite(e).all()):
+        return False
+    finite = torch.isfinite(a)
+    if not bool(finite.all()):
+        if not overflowed(a[~finite], ratio * e[~finite], dtype, terms):
+            return False
+        a, e = a[finite], e[finite]
     mag = magnitude(expected, scale)
     if mag == 0.0:
         return False
-    bound = rounding_bound(dtype or expected.dtype, mag, terms, ratio)
+    bound = rounding_bound(dtype, mag, terms, ratio)
     return bool(((a - ratio * e).abs() <= bound).all())
+
+
+def overflowed(actual: Tensor, would_be: Tensor, dtype: torch.dtype, terms: int) -> bool:
+    """Each element of ``actual`` is the infinity of ``would_be``'s sign, and
+    ``|would_be|`` is at least the dtype's largest value over ``2 terms`` (a sum of
+    ``terms`` parts overflows once a partial sum passes the largest value; the parts
+    themselves can be up to ``terms`` times the final sum's magnitude apart, with a factor
+    2 for rounding near the top of the range)."""
+    if not dtype.is_floating_point or not bool(torch.isinf(actual).all()):
+        return False
+    top = torch.finfo(dtype).max / (2 * max(terms, 1))
+    return bool(((torch.sign(actual) == torch.sign(would_be)) & (would_be.abs() >= top)).all())
 
 
 def best_ratio(actual: Tensor, expected: Tensor) -> float | None:

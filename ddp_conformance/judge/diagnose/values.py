@@ -133,12 +133,14 @@ def _named_ratio(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
     named += [
         (float(world), Cause.NO_DIVISION, f"(= world size {world}): summed without dividing"),
         (1.0 / world, Cause.DOUBLE_DIVISION, f"(= 1/world size {world}): divided twice")]
+    overflow = any(not bool(torch.isfinite(a.detach().to_dense() if a.is_sparse else a).all())
+                   for _, _, a, _ in wrong)
     for ratio, code, why in named:
         if ratio != 1.0 and all(sig.fits_ratio(a, e, ratio, world, _scale(ctx, step, n))
                                 for _, n, a, e in wrong):
             return code, (f"{_params(wrong, ctx, step)} wrong at step {step} is "
-                          f"{ratio:.3f}x the expected {why}").replace("every gradient wrong",
-                                                                      "every wrong gradient")
+                          f"{ratio:.3f}x the expected{' (or overflowed to inf)' if overflow else ''}"
+                          f" {why}").replace("every gradient wrong", "every wrong gradient")
     return None
 
 
