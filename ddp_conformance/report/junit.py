@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from ddp_conformance.judge.diagnose.findings import diagnose
 from ddp_conformance.judge.verdict import Result, Verdict
 
 from .common import count_verdicts, divergence_row, divergences
@@ -30,13 +31,23 @@ def write_junit(path: str, results: list[Result], incomplete: str | None = None)
                        errors=str(counts["ERROR"] + counts["TIMEOUT"] + counts["CRASH"]),
                        skipped=str(counts["N/A"] + counts["XFAIL"]),
                        time=f"{sum(r.duration_s for r in results):.3f}")
+    properties = ET.SubElement(suite, "properties")
     if incomplete is not None:
-        properties = ET.SubElement(suite, "properties")
         ET.SubElement(properties, "property", name="incomplete", value=incomplete)
+    for d in diagnose(results):  # the diagnosis first: the causes, most explanatory first
+        for i, f in enumerate(d.findings, 1):
+            ET.SubElement(properties, "property", name=f"diagnosis {d.candidate} {i}",
+                          value=f"{f.code} ({f.cases} cases): {f.summary}; look first at "
+                                f"{f.first_case}: {f.repro}")
+    if not len(properties):
+        suite.remove(properties)
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=r.scenario.split("/")[0],
                              name=r.case_id, time=f"{r.duration_s:.3f}")
         detail = junit_detail(r)
+        if r.cause:
+            ET.SubElement(ET.SubElement(case, "properties"), "property", name="cause",
+                          value=f"{r.cause.get('code', '')}: {r.cause.get('relation', '')}")
         if r.verdict is Verdict.FAIL:
             ET.SubElement(case, "failure", message=r.summary_line(), type="FAIL").text = detail
         elif r.verdict in (Verdict.ERROR, Verdict.TIMEOUT, Verdict.CRASH):
