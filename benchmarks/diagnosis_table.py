@@ -30,7 +30,7 @@ from ddp_conformance.runner import Runner  # noqa: E402
 from tests.diagnosed import CORRECT, PLANTED  # noqa: E402
 
 HEADER = ["DDP", "planted defect", "expected", "first finding", "cases explained",
-          "cases run"]
+          "other findings", "cases run"]
 
 
 def scenarios(scope: str, planted: tuple[str, ...], catalog: list[Scenario]) -> list[Scenario]:
@@ -61,9 +61,10 @@ def rows(scope: str, timeout_s: float) -> list[list[str]]:
                 first = d.findings[0] if d.findings else None
                 got = first.code if first else "no finding"
                 mark = "" if got == code else " (differs)"
+                others = ", ".join(f"`{f.code}` {f.cases}" for f in d.findings[1:]) or "-"
                 out.append([f"`{spec}`", defect, f"`{code}`", f"`{got}`{mark}",
                             f"{first.cases} of {d.unexpected}" if first else "0 of 0",
-                            str(len(results))])
+                            others, str(len(results))])
                 print(" | ".join(out[-1]), flush=True)
     return out
 
@@ -84,7 +85,8 @@ pytest route's terminal summary, and one record per candidate in `results.jsonl`
 
 ```json
 {"type": "diagnosis", "candidate": "SPEC", "unexpected": 136,
- "findings": [{"code": "no-division", "summary": "every wrong gradient at step 0 is 2.000x the expected (= world size 2): summed without dividing",
+ "findings": [{"code": "no-division",
+               "summary": "every wrong gradient at step 0 is 2.000x the expected ...",
                "cases": 136, "first_case": "...", "repro": "ddp-conformance repro ...",
                "case_ids": ["..."], "families": ["..."], "not_in": ["..."],
                "checks": {"oracle.grad": 120}, "note": ""}]}
@@ -137,7 +139,9 @@ def document(table: str, scope: str, seconds: float) -> str:
             "finding of each is the planted one on a few scenarios; this table is "
             f"`python benchmarks/diagnosis_table.py --scope {scope} --write docs/diagnosis.md` "
             f"({seconds:.0f} s on the 2-core machine). \"cases explained\": unexpected "
-            "verdicts the first finding explains, of all the DDP's unexpected verdicts.\n\n"
+            "verdicts the first finding explains, of all the DDP's unexpected verdicts; "
+            "\"other findings\": the rest of its diagnosis (a scenario that shows another "
+            "side of the same defect, or a feature a DDP written from scratch lacks).\n\n"
             + table + "\n")
 
 

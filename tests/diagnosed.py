@@ -69,18 +69,21 @@ class _Stale:
     """Hook state: each parameter's reduced gradient of the previous step (zeros at the
     first), kept per parameter: torch rebuilds its buckets after the first step."""
 
-    def __init__(self, group: Any) -> None:
+    def __init__(self, group: Any, local_first: bool = False) -> None:
         self.group = group
+        self.local_first = local_first
         self.last: dict[int, torch.Tensor] = {}
 
 
 def _one_step_late(state, bucket):  # type: ignore[no-untyped-def]
+    local = bucket.buffer().clone()
     reduced = bucket.buffer().div(dist.get_world_size(state.group))
     dist.all_reduce(reduced, group=state.group)
     parts, offset = [], 0
     for p in bucket.parameters():
         n = p.numel()
-        parts.append(state.last.get(id(p), torch.zeros(n, dtype=reduced.dtype)))
+        first = local[offset:offset + n] if state.local_first else torch.zeros(n, dtype=reduced.dtype)
+        parts.append(state.last.get(id(p), first))
         state.last[id(p)] = reduced[offset:offset + n].clone()
         offset += n
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
@@ -151,6 +154,16 @@ class OneStepLate(_HookedDDP):
 
     def _hook_state(self) -> Any:
         return _Stale(self.process_group)
+
+
+class OneStepLateLocalFirst(_HookedDDP):
+    """Hands back each bucket's previous result, and at the first step the local
+    gradients: every gradient one step stale, the first never reduced."""
+
+    HOOK = _one_step_late
+
+    def _hook_state(self) -> Any:
+        return _Stale(self.process_group, local_first=True)
 
 
 class MismatchedBucketOnRank1(_HookedDDP):
@@ -377,6 +390,8 @@ PLANTED: tuple[Planted, ...] = (
             "(from scratch)", "not-reduced", ("gradients/mlp-sgd",)),
     Planted(_S + "OneStepLate", "hands back the previous step's reduced bucket",
             "stale-gradient", ("gradients/mlp-sgd",)),
+    Planted(_S + "OneStepLateLocalFirst", "hands back the previous step's reduced bucket, "
+            "the local one at first", "stale-gradient", ("gradients/mlp-sgd",)),
     Planted(_S + "PermutesBucketOnOddRanks", "odd ranks reverse their bucket before the "
             "allreduce", "layout-mismatch", ("gradients/mlp-sgd",)),
     Planted(_D + "ReducesInFloat16", "reduces float32 gradients in float16",

@@ -136,3 +136,39 @@ def test_timeouts() -> None:
     assert joined is not None and joined.code is Cause.JOIN_NOT_SHADOWED
     raised = ending_cause(Result(**base, tracebacks={1: TRACEBACK}), join=False)  # type: ignore[arg-type]
     assert raised is not None and raised.code is Cause.RAISES
+
+
+class _Report:
+    def __init__(self, result: Result) -> None:
+        import json
+
+        from ddp_conformance.pytest_items import CASE_PROPERTY, case_record
+
+        self.when = "call"
+        self.user_properties = [("verdict", result.verdict.value),
+                                (CASE_PROPERTY, json.dumps(case_record(result)))]
+
+
+class _Terminal:
+    def __init__(self, reports: list[_Report]) -> None:
+        self.stats = {"failed": reports[:1], "passed": reports[1:]}
+        self.lines: list[str] = []
+
+    def write_sep(self, sep: str, title: str) -> None:
+        self.lines.append(f"--- {title}")
+
+    def write_line(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_the_pytest_summary_says_what_the_command_line_says() -> None:
+    """The items' reports carry each case's verdict and cause (pytest-xdist brings them to
+    the controller); the terminal summary prints the command line's opening lines."""
+    from ddp_conformance.pytest_items import write_diagnosis
+
+    results = [result("gradients/a", Verdict.FAIL, "no-division"), result("gradients/b", Verdict.PASS)]
+    terminal = _Terminal([_Report(r) for r in results])
+    write_diagnosis(terminal)
+    assert terminal.lines[0] == "--- ddp-conformance diagnosis"
+    assert terminal.lines[1:-1] == opening_lines(results)
+    assert terminal.lines[-1] == closing_line(results)

@@ -67,13 +67,14 @@ def _same(a: dict[str, Tensor], b: dict[str, Tensor]) -> bool:
 def gradient_relation(ctx: Context, check: str) -> Found | None:
     """The relation every wrong gradient of ``check`` (``oracle.grad`` or
     ``reference.grad``) shows at its first failing step, tried in this order: a named
-    ratio (W, 1/W, Join's), the local gradient kept, an earlier step's average, elements
-    permuted, a narrower dtype's rounding, any other constant ratio."""
+    ratio (W, 1/W, Join's), an earlier step's average (before the local gradient: a stale
+    DDP may hand out the local gradient at its first step), the local gradient kept,
+    elements permuted, a narrower dtype's rounding, any other constant ratio."""
     found = _wrong_gradients(ctx, check)
     if found is None:
         return None
     step, wrong = found
-    for relation in (_named_ratio, _kept_local, _stale, _permuted, _narrowed, _scaled):
+    for relation in (_named_ratio, _stale, _kept_local, _permuted, _narrowed, _scaled):
         result = relation(ctx, step, wrong)
         if result is not None:
             return result
@@ -179,32 +180,42 @@ def _kept_local(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
 
 
 def _stale(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
-    """Each wrong gradient equals an earlier step's expected average; or, all being zero at
-    the first failing step, the next step holds this step's expected average."""
+    """Each wrong gradient equals an earlier step's expected average; or the next step
+    holds this step's expected average for each of them (whatever this step held: zeros,
+    the local gradient...). The average of the first failing step is comparable with
+    what the candidate holds a step later: it was computed from the same parameters.
+    Every wrong gradient being zero with no such later evidence is said as such."""
     world, steps = len(ctx.records), ctx.oracle.steps
     for back in (1, 2):
         if step - back >= 0 and all(
-                _grad_of(steps[step - back].grads, n) is not None and
-                sig.equal_within(a, _grad_of(steps[step - back].grads, n), world)  # type: ignore[arg-type]
+                isinstance(steps[step - back].grads.get(n), Tensor) and
+                sig.equal_within(a, steps[step - back].grads[n], world)  # type: ignore[arg-type]
                 for _, n, a, _ in wrong):
             return Cause.STALE_GRADIENT, (f"every wrong gradient at step {step} equals the "
                                           f"expected average of step {step - back}: "
                                           f"{back} step(s) late")
-    zero = all(not bool(a.detach().to_dense().count_nonzero()) if a.is_sparse
-               else not bool(a.count_nonzero()) for _, _, a, _ in wrong)
-    if not zero:
-        return None
     later = [(ctx.records[r].steps[step + 1].grads.get(n), e) for r, n, _, e in wrong
              if step + 1 < len(ctx.records[r].steps)]
-    if later and all(isinstance(g, Tensor) and sig.equal_within(g, e, world) for g, e in later):
-        return Cause.STALE_GRADIENT, (f"every wrong gradient is zero at step {step} and step "
-                                      f"{step + 1} holds step {step}'s expected average: "
-                                      "one step late")
-    return Cause.UNEXPLAINED, f"every wrong gradient at step {step} is zero"
+    if len(later) == len(wrong) and all(isinstance(g, Tensor) and sig.equal_within(g, e, world)
+                                        for g, e in later):
+        return Cause.STALE_GRADIENT, (f"every wrong gradient at step {step} arrives at step "
+                                      f"{step + 1}: step {step + 1} holds step {step}'s "
+                                      f"expected average ({_held(ctx, step, wrong)} at step "
+                                      f"{step}): one step late")
+    if all(not bool(a.count_nonzero()) for _, _, a, _ in wrong if not a.is_sparse):
+        return Cause.UNEXPLAINED, f"every wrong gradient at step {step} is zero"
+    return None
 
 
-def _grad_of(grads: dict[str, Tensor | None], name: str) -> Tensor | None:
-    return grads.get(name)
+def _held(ctx: Context, step: int, wrong: list[Wrong]) -> str:
+    """What the wrong gradients were at ``step``: zeros, the local gradients, or other."""
+    if all(not bool(a.count_nonzero()) for _, _, a, _ in wrong if not a.is_sparse):
+        return "zeros"
+    local = ctx.oracle.steps[step].local if step < len(ctx.oracle.steps) else {}
+    if all(r in local and n in local[r] and sig.equal_within(a, local[r][n], len(ctx.records))
+           for r, n, a, _ in wrong):
+        return "the local gradients"
+    return "other values"
 
 
 def _permuted(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
