@@ -295,12 +295,15 @@ def results_page() -> str:
             for name, ann, doc in _field_comments(Result)]
     out += ["", *_compact_record()]
     out += ["", "## The `diagnosis` records", "",
-            "One line per candidate whose run had unexpected verdicts: "
-            "`{\"type\": \"diagnosis\", \"candidate\": SPEC, \"findings\": [{\"code\", "
-            "\"summary\", \"cases\", \"first_case\", ...}]}`. `code` is a stable cause code (a "
-            "public contract: match on it in scripts), `summary` one line in the user's words, "
-            "`cases` the case ids it explains, `first_case` the smallest of them to look at "
-            "first.", ""]
+            "One line per candidate, before the end line: "
+            "`{\"type\": \"diagnosis\", \"candidate\": SPEC, \"unexpected\": N, "
+            "\"findings\": [{\"code\", \"summary\", \"cases\", \"first_case\", \"repro\", "
+            "\"case_ids\", \"families\", \"not_in\", \"checks\", \"note\"}, ...]}`, most "
+            "explanatory first; no unexpected verdict, no finding. `code` is a stable cause code "
+            "(a public contract: match on it in scripts), `summary` one line in the user's "
+            "words, `cases` how many unexpected verdicts it explains (`case_ids`: which), "
+            "`first_case` the smallest of them to look at first and `repro` the command that "
+            "writes its reproducer (diagnosis.md).", ""]
     codes = _diagnosis_codes()
     if codes:
         out += ["| code | what it means |", "|---|---|"]
