@@ -141,7 +141,9 @@ def document(table: str, scope: str, seconds: float) -> str:
             f"({seconds:.0f} s on the 2-core machine). \"cases explained\": unexpected "
             "verdicts the first finding explains, of all the DDP's unexpected verdicts; "
             "\"other findings\": the rest of its diagnosis (a scenario that shows another "
-            "side of the same defect, or a feature a DDP written from scratch lacks).\n\n"
+            "side of the same defect; a feature a DDP written from scratch lacks; or, for "
+            "the DDPs that register a comm hook at construction, torch's refusal of the "
+            "scenario's own second hook).\n\n"
             + table + "\n")
 
 

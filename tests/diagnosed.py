@@ -100,6 +100,23 @@ def _mismatched_on_rank1(group, bucket):  # type: ignore[no-untyped-def]
     return fut
 
 
+class _Calls:
+    """Hook state: the group and how many times the hook ran on this rank."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self.calls = 0
+
+
+def _skip_fourth_on_rank1(state, bucket):  # type: ignore[no-untyped-def]
+    state.calls += 1
+    if dist.get_rank(state.group) == 1 and state.calls == 4:  # the 4th step's only bucket
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+    return _reduce(state.group, bucket.buffer())
+
+
 class _HookedDDP(DistributedDataParallel):
     """torch's DDP with :attr:`HOOK` registered on its own group at construction."""
 
@@ -170,6 +187,16 @@ class MismatchedBucketOnRank1(_HookedDDP):
     """Rank 1 allreduces its bucket less one element: the backend aborts the process."""
 
     HOOK = _mismatched_on_rank1
+
+
+class SkipsLastAllreduceOnRank1(_HookedDDP):
+    """Rank 1 skips its fourth allreduce (the last step's, on a one-bucket model) and
+    finishes; rank 0 waits in it forever."""
+
+    HOOK = _skip_fourth_on_rank1
+
+    def _hook_state(self) -> Any:
+        return _Calls(self.process_group)
 
 
 class PassThroughHook(DistributedDataParallel):
@@ -426,6 +453,8 @@ PLANTED: tuple[Planted, ...] = (
             ("gradients/mlp-sgd",)),
     Planted(_S + "MismatchedBucketOnRank1", "rank 1 reduces one element less", "crash",
             ("gradients/mlp-sgd",)),
+    Planted(_S + "SkipsLastAllreduceOnRank1", "rank 1 skips the last step's allreduce",
+            "hang-in-collective", ("gradients/mlp-sgd",)),
     Planted(_S + "HangsOnRank1", "rank 1 sleeps forever in its second forward",
             "hang-outside-collective", ("gradients/mlp-sgd",)),
 )

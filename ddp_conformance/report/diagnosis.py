@@ -86,8 +86,8 @@ def by_check_rows(results: list[Result]) -> list[list[str]]:
 
 def not_applicable_lines(results: list[Result], markdown: bool = False) -> list[str]:
     """N/A cases grouped by what they lack (capability, world size, backend)."""
-    return [f"{f'`{c}`' if markdown else c}: {n} N/A: {reason}"
-            for c, reason, n in not_applicable_groups(results)]
+    return [f"{f'`{c}`' if markdown else c}: {n} N/A{f' ({code})' if code else ''}: {reason}"
+            for c, reason, n, code in not_applicable_groups(results)]
 
 
 def opening_lines(results: list[Result], diagnoses: list[Diagnosis] | None = None) -> list[str]:

@@ -172,3 +172,17 @@ def test_the_pytest_summary_says_what_the_command_line_says() -> None:
     assert terminal.lines[0] == "--- ddp-conformance diagnosis"
     assert terminal.lines[1:-1] == opening_lines(results)
     assert terminal.lines[-1] == closing_line(results)
+
+
+def test_na_for_a_missing_capability_is_an_unsupported_feature_grouped_not_a_finding() -> None:
+    lacks = Result("no-sync/a", CAND, Verdict.NA, 2, "gloo", "cpu", reason="candidate lacks no_sync")
+    size = Result("groups/b", CAND, Verdict.NA, 2, "gloo", "cpu", reason="defined for world size 4")
+    for r in (lacks, size):
+        found = ending_cause(r, join=False)
+        r.cause = found.to_json() if found else {}
+    assert lacks.cause["code"] == "unsupported-feature" and not size.cause
+    (d,) = diagnose([lacks, size])
+    assert d.findings == []
+    lines = opening_lines([lacks, size])
+    assert f"  {CAND}: 1 N/A (unsupported-feature): candidate lacks no_sync" in lines
+    assert f"  {CAND}: 1 N/A: defined for world size 4" in lines

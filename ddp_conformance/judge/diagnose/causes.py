@@ -27,7 +27,7 @@ class Cause(enum.StrEnum):
 
     NO_DIVISION = ("no-division",
                    "Every wrong gradient at the first failing step is the expected one times "
-                   "the DDP group's size (a constant ratio, :func:`.signatures.named_ratio`): "
+                   "the DDP group's size (a constant ratio within the rounding bound): "
                    "the local gradients were summed and never divided.")
     DOUBLE_DIVISION = ("double-division",
                        "Every wrong gradient is the expected one divided by the group's size "

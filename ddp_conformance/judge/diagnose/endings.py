@@ -87,8 +87,17 @@ def backend_message(output: str) -> str:
     return ""
 
 
+#: N/A reasons that are the candidate's (a capability it lacks), not the run's (world size,
+#: backend, ``--slow``): ``unsupported-feature``.
+_CANDIDATE_LACKS = re.compile(r"^candidate\b|\blacks?\b|does not (take|accept|support|have)")
+
+
 def ending_cause(result: Result, join: bool, roots: tuple[str, ...] = ()) -> CaseCause | None:
-    """The cause of an ERROR, CRASH or TIMEOUT (None for other verdicts)."""
+    """The cause of an ERROR, CRASH or TIMEOUT, and of an N/A the candidate's lack of a
+    capability makes (``unsupported-feature``: grouped, never a finding); None otherwise."""
+    if result.verdict is Verdict.NA:
+        return CaseCause(Cause.UNSUPPORTED_FEATURE, result.reason) \
+            if _CANDIDATE_LACKS.search(result.reason) else None
     if result.verdict is Verdict.ERROR:
         named = [int(r) for r in re.findall(r"rank (\d+) raised", result.reason)]
         order = sorted(result.tracebacks, key=lambda r: (r not in named, r))

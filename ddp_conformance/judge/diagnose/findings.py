@@ -117,8 +117,11 @@ def repro_command(result: Result) -> str:
             f"--world-size {result.world_size}")
 
 
-def not_applicable_groups(results: list[Result]) -> list[tuple[str, str, int]]:
-    """N/A cases grouped by what they lack: (candidate, reason, count), most first."""
-    counts = Counter((r.candidate, r.reason) for r in results if r.verdict is Verdict.NA)
-    return [(c, reason, n) for (c, reason), n in
+def not_applicable_groups(results: list[Result]) -> list[tuple[str, str, int, str]]:
+    """N/A cases grouped by what they lack: (candidate, reason, count, code: the cause
+    code, ``unsupported-feature`` for a capability the candidate lacks, else ''), most
+    first."""
+    counts = Counter((r.candidate, r.reason, r.cause.get("code", ""))
+                     for r in results if r.verdict is Verdict.NA)
+    return [(c, reason, n, code) for (c, reason, code), n in
             sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))]
