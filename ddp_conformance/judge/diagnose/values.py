@@ -219,10 +219,11 @@ def _held(ctx: Context, step: int, wrong: list[Wrong]) -> str:
 
 
 def _permuted(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
-    """The elements are the expected ones in another order; or, over the wrong gradients
-    of one rank flattened together (a bucket), a rank's local gradient entered the
-    reduction permuted: ``W x actual - sum of the other ranks' locals`` is a permutation
-    of its local gradient."""
+    """The elements are the expected ones in another order; or, over every gradient of one
+    rank flattened together (its buckets), a rank's local gradient entered the reduction
+    permuted: ``W x actual - sum of the other ranks' locals`` is a permutation of its
+    local gradient (the bound: the gradients' dtype, ``scale`` the sum of the ranks'
+    largest local elements)."""
     world = len(ctx.records)
     if all(sig.permuted(a, e, world, _scale(ctx, step, n)) for _, n, a, e in wrong):
         return Cause.LAYOUT_MISMATCH, (f"{_params(wrong, ctx, step)} wrong at step {step} holds "
@@ -230,11 +231,17 @@ def _permuted(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
             "every gradient wrong", "every wrong gradient")
     local = ctx.oracle.steps[step].local if step < len(ctx.oracle.steps) else {}
     rank = wrong[0][0]
-    names = [n for r, n, _, _ in wrong if r == rank]
-    if len(local) != world or not all(n in t for t in local.values() for n in names):
+    held = ctx.records[rank].steps[step].grads
+    # Every gradient of the rank, not only the wrong ones: a bucket's permutation moves
+    # elements across parameters. A rank's missing local gradient (unused there) is the
+    # zeros DDP reduces in its place.
+    names = [n for n, g in held.items() if isinstance(g, Tensor) and not g.is_sparse
+             and any(n in t for t in local.values())]
+    if len(local) != world or not names:
         return None
-    actual = torch.cat([a.detach().reshape(-1).double() for r, _, a, _ in wrong if r == rank])
-    flat = {q: torch.cat([t[n].detach().reshape(-1).double() for n in names])
+    actual = torch.cat([held[n].detach().reshape(-1).double() for n in names])  # type: ignore[union-attr]
+    flat = {q: torch.cat([(t[n] if n in t else torch.zeros_like(held[n]))  # type: ignore[arg-type]
+                          .detach().reshape(-1).double() for n in names])
             for q, t in local.items()}
     scale = float(sum(f.abs().max() for f in flat.values()))
     for q in sorted(flat):
