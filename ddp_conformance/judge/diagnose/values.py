@@ -146,11 +146,14 @@ def _named_ratio(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
 
 
 def _scaled(ctx: Context, step: int, wrong: list[Wrong]) -> Found | None:
+    """One constant factor for every wrong gradient, read from the finest-dtype one (a
+    bfloat16 bucket rounds the factor itself: 0.9 is 0.8984 there, within its bound)."""
     world = len(ctx.records)
     ratios = [sig.constant_ratio(a, e, world, _scale(ctx, step, n)) for _, n, a, e in wrong]
     if any(r is None for r in ratios):
         return None
-    c = ratios[0]
+    finest = min(range(len(wrong)), key=lambda i: sig.unit_roundoff(wrong[i][3].dtype))
+    c = ratios[finest]
     assert c is not None
     if abs(c) < 1e-6 or not all(sig.fits_ratio(a, e, c, world, _scale(ctx, step, n)) for _, n, a, e in wrong):
         return None
