@@ -317,9 +317,13 @@ def run_cases(session: Session, cases: list[Case], repeats: int, out: TextIO,
 
 def conclude_run(session: Session, notes: list[str], planned: int, started: float,
                  args: argparse.Namespace, out: TextIO) -> int:
-    """The end of a run that was not interrupted: notes, stability, the verdict matrix of
-    the last repeat, the counts; exit 1 if anything failed unexpectedly, else 0."""
+    """The end of a run that was not interrupted, in the reports' reading order: the
+    diagnosis (and by cause, by check, N/A grouped), the notes, stability, the verdict
+    matrix of the last repeat, the counts; exit 1 if anything failed unexpectedly, else 0."""
     repeats = args.ddp_repeat
+    last = session.results[-planned:]
+    diagnoses = diagnose(last)
+    out.write("".join(f"{line}\n" for line in opening_lines(last, diagnoses)))
     for note in notes:
         out.write(f"warning: {note}\n")
     if repeats > 1:
@@ -328,9 +332,6 @@ def conclude_run(session: Session, notes: list[str], planned: int, started: floa
         out.write(tabulate(session.stability.memory_rows(),
                            ["repeat", *(f"rank {r}" for r in range(session.config.world_size))],
                            tablefmt="simple") + "\n")
-    last = session.results[-planned:]
-    diagnoses = diagnose(last)
-    out.write("".join(f"{line}\n" for line in opening_lines(last, diagnoses)))
     out.write(summary_table(last) + "\n")
     out.write(closing_line(session.results, diagnoses,
                            f" in {time.monotonic() - started:.1f}s; reports in "
