@@ -108,9 +108,9 @@ class _Calls:
         self.calls = 0
 
 
-def _skip_fourth_on_rank1(state, bucket):  # type: ignore[no-untyped-def]
+def _stop_on_rank1(state, bucket):  # type: ignore[no-untyped-def]
     state.calls += 1
-    if dist.get_rank(state.group) == 1 and state.calls == 4:  # the 4th step's only bucket
+    if dist.get_rank(state.group) == 1 and state.calls >= 4:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         fut.set_result(bucket.buffer())
         return fut
@@ -189,11 +189,11 @@ class MismatchedBucketOnRank1(_HookedDDP):
     HOOK = _mismatched_on_rank1
 
 
-class SkipsLastAllreduceOnRank1(_HookedDDP):
-    """Rank 1 skips its fourth allreduce (the last step's, on a one-bucket model) and
-    finishes; rank 0 waits in it forever."""
+class StopsReducingOnRank1(_HookedDDP):
+    """Rank 1 stops reducing from its fourth bucket on and goes on; rank 0 waits in an
+    allreduce rank 1 never issues."""
 
-    HOOK = _skip_fourth_on_rank1
+    HOOK = _stop_on_rank1
 
     def _hook_state(self) -> Any:
         return _Calls(self.process_group)
@@ -453,7 +453,7 @@ PLANTED: tuple[Planted, ...] = (
             ("gradients/mlp-sgd",)),
     Planted(_S + "MismatchedBucketOnRank1", "rank 1 reduces one element less", "crash",
             ("gradients/mlp-sgd",)),
-    Planted(_S + "SkipsLastAllreduceOnRank1", "rank 1 skips the last step's allreduce",
+    Planted(_S + "StopsReducingOnRank1", "rank 1 stops reducing from its fourth bucket on",
             "hang-in-collective", ("gradients/mlp-sgd",)),
     Planted(_S + "HangsOnRank1", "rank 1 sleeps forever in its second forward",
             "hang-outside-collective", ("gradients/mlp-sgd",)),
