@@ -418,7 +418,7 @@ Unexpected verdicts by the check that failed first:
 #### FAIL `gradients/mlp-sgd[tests.defective:SumsWithoutDividing]`
 
 [no-division] every wrong gradient at step 0 is 2.000x the expected (= world size 2): summed without dividing··
-oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644··
+oracle.grad: step 0, rank 0, '0.weight': max abs error 0.0644 against the oracle (max rel 1, 8.389e+06 ulp) exceeds tolerance 1e-05 x max|expected| 0.0644
 
 | check        |   first step | rank(s)   | parameter(s)   |   max abs |   max rel |   max ULP |   tolerance (rtol) |
 |--------------|--------------|-----------|----------------|-----------|-----------|-----------|--------------------|
@@ -487,7 +487,7 @@ Unexpected verdicts by the check that failed first:
 #### TIMEOUT `join/uneven-divide-by-initial[tests.defective:JoinHookDoesNotShadow]`
 
 [join-not-shadowed] ranks hang in collectives after a rank joined: the joined rank does not shadow them··
-no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)··
+no progress within 8s: rank(s) 0, 1 still running; rank 0 at all_reduce (distributed_c10d.py:2810) called from forward (defective.py:58); rank 1 at __exit__ (join.py:274)
 
 rank 0 stack:
 

@@ -149,7 +149,7 @@ FAIL 3, PASS 1 in #s; reports in REPORTS; first cause: buffers-not-broadcast (1 
 class TestSummaryMarkdown(expecttest.TestCase):
     def test_a_failure_section_has_its_rule(self) -> None:
         self.assertExpectedInline("\n".join(case_markdown(fp16_failure())), """\
-### FAIL `gradients/exact-fp16-near-range[tests.defective:SumsWithoutDividing]`
+#### FAIL `gradients/exact-fp16-near-range[tests.defective:SumsWithoutDividing]`
 
 oracle.grad: step 0, rank 0, 'weight': 8 element(s) non-finite on one side only or with another value (NaN, +inf, -inf must match the oracle's position by position)
 

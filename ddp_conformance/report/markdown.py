@@ -67,8 +67,10 @@ def _tail(text: str, limit: int = MAX_TRACE_LINES) -> str:
 def case_markdown(r: Result) -> list[str]:
     said = r.explanation_lines()
     rule_at = next((i for i, line in enumerate(said) if line.startswith(RULE_LABEL)), len(said))
-    lines = [f"#### {r.verdict.value} `{r.case_id}`", "", *(f"{line}  " for line in said[:rule_at]),
-             ""]
+    why = said[:rule_at] or [""]
+    # A Markdown line break (two spaces) between the lines, none after the last.
+    lines = [f"#### {r.verdict.value} `{r.case_id}`", "", *(f"{line}  " for line in why[:-1]),
+             why[-1], ""]
     if r.rule:
         rule = shown_rule(r.rule, r.failures[0].check if r.failures else "")
         lines += [f"**Rule:** {rule}", ""]
