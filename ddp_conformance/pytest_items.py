@@ -31,7 +31,7 @@ import pytest
 from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import Interrupted, UsageError
-from ddp_conformance.judge.verdict import RULE_LABEL, Result, Verdict
+from ddp_conformance.judge.verdict import Result, Verdict
 from ddp_conformance.options import PYTEST, run_config
 
 if TYPE_CHECKING:
