@@ -31,7 +31,7 @@ import pytest
 from ddp_conformance.catalog.collective import CollectiveCase
 from ddp_conformance.catalog.scenario import Scenario
 from ddp_conformance.errors import Interrupted, UsageError
-from ddp_conformance.judge.verdict import Result, Verdict
+from ddp_conformance.judge.verdict import RULE_LABEL, Result, Verdict
 from ddp_conformance.options import PYTEST, run_config
 
 if TYPE_CHECKING:
@@ -372,9 +372,11 @@ def describe(result: Result) -> Iterator[str]:
     cause and why, the DDP rule), then one line per check for the failures the first
     line does not show (its first message, and how many more at which steps and ranks),
     then the ranks' tracebacks and stacks."""
-    first, *rest = result.explanation_lines() or [""]
-    yield f"{result.verdict.value}: {result.case_id}: {first}"
-    yield from rest
+    said = result.explanation_lines() or [""]
+    rule_at = next((i for i, line in enumerate(said) if line.startswith(RULE_LABEL)), len(said))
+    yield f"{result.verdict.value}: {result.case_id}: {said[0]}"
+    yield from (f"  {line}" for line in said[1:rule_at])
+    yield from said[max(rule_at, 1):]
     yield from _other_failures(result)
     for rank, tb in sorted(result.tracebacks.items()):
         yield f"--- rank {rank} traceback ---\n{tb}"

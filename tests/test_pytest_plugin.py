@@ -67,8 +67,10 @@ def test_failures_show_the_evidence_and_na_the_missing_capability() -> None:
                       "--candidate", "tests.limited:ForwardOnly", "-k",
                       "exact-dyadic and not microbatches or window")
     assert proc.returncode == 1
-    assert "FAIL: gradients/exact-dyadic[tests.defective:SumsWithoutDividing]: oracle.grad: " \
-           "step 0, rank 0" in proc.stdout
+    # The cause first, as on the command line, then why.
+    assert "FAIL: gradients/exact-dyadic[tests.defective:SumsWithoutDividing]: [no-division] " \
+           in proc.stdout
+    assert re.search(r"^  oracle\.grad: step 0, rank 0", proc.stdout, re.M)
     assert "N/A: candidate lacks no_sync" in proc.stdout
     # The failures beyond the first line: one line per check, not one per step.
     assert re.search(r"^  oracle\.grad: \d+ more \(steps 0-\d, ranks 0-1", proc.stdout, re.M)
