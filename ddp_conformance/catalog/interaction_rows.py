@@ -1,0 +1,223 @@
+"""Rows of dimension values (``catalog/interactions.py``) as scenarios, and the rows that
+cover the valid pairs the rest of the catalog leaves uncovered.
+
+:func:`scenario_for` turns a row (dimension -> value) into a :class:`Scenario` whose
+values read back as the row (``interactions.read``), with a readable id (the row's
+non-default values) and a rule composed from the phrases of the two values it was chosen
+for. :func:`generate` asks covertable for a pairwise covering array over every dimension,
+with :mod:`.exclusions` as its constraints and the catalog's own rows as presets, and
+keeps, in order, each row that covers a valid pair nothing before it covered:
+deterministic for a given catalog. ``suites/test_interactions.py`` holds its output as
+data (``python -m ddp_conformance.catalog.interaction_rows`` prints it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ddp_conformance.catalog.exclusions import EXCLUSIONS, GAPS, LOSSY_HOOKS
+from ddp_conformance.catalog.interactions import BY_NAME, DIMENSIONS, read
+from ddp_conformance.catalog.pairs import Pair, coverage
+from ddp_conformance.catalog.scenario import JoinSpec, Scenario
+
+Row = Mapping[str, str]
+
+#: The catalog model that stands for each value of the model dimension.
+MODEL_FOR = {"plain": "mlp", "buffers_in_place": "conv_bn",
+             "unused_parameters": "unused_on_rank1", "unused_output": "nested_outputs_aux_left_out",
+             "tied": "tied", "low_precision": "mlp_bfloat16", "mixed_dtypes": "mixed_dtypes",
+             "sparse": "sparse_embedding"}
+#: Microbatches of a step that accumulates (nested no_sync needs three).
+MICROBATCHES = 3
+#: float16's unit roundoff 2**-11 times (W + 1) roundings at W <= 4, with margin: the
+#: tolerance of comm-hooks/fp16-compress, argued there.
+LOSSY_RTOL = 4e-3
+#: The id's word for each non-default value.
+WORDS = {("bucket_cap", "tiny"): "tiny-cap", ("gradient_as_bucket_view", "on"): "bucket-view",
+         ("static_graph", "on"): "static", ("find_unused_parameters", "on"): "find-unused",
+         ("broadcast_buffers", "off"): "no-broadcast", ("join", "uneven"): "join",
+         ("forwards", "several"): "two-forwards", ("eval_between_steps", "on"): "eval",
+         ("checkpointing", "saved_mid_run"): "saved", ("set_to_none", "zeros"): "zeroed"}
+_PREFIX = "interactions/"
+
+
+def default(dimension: str) -> str:
+    """A dimension's default: its first value."""
+    return next(iter(BY_NAME[dimension].values))
+
+
+def scenario_id(row: Row) -> str:
+    """``interactions/<model>[-<hook>][-<other non-default values>]``."""
+    words = [row["model"].replace("_", "-")]
+    for dim in DIMENSIONS:
+        value = row[dim.name]
+        if dim.name == "model" or value == default(dim.name):
+            continue
+        words.append(WORDS.get((dim.name, value), value.replace("_", "-")))
+    return _PREFIX + "-".join(words)
+
+
+def _fields(row: Row) -> dict[str, Any]:
+    """The scenario's fields, dimension by dimension."""
+    options: dict[str, Any] = {}
+    if row["bucket_cap"] == "tiny":
+        options["bucket_cap_mb"] = 0.0001
+    for name in ("gradient_as_bucket_view", "static_graph", "find_unused_parameters"):
+        if row[name] == "on":
+            options[name] = True
+    if row["broadcast_buffers"] == "off":
+        options["broadcast_buffers"] = False
+    fields: dict[str, Any] = dict(model=MODEL_FOR[row["model"]], ddp_options=options,
+                                  optimizer=row["optimizer"],
+                                  zero_grad_set_to_none=row["set_to_none"] == "none")
+    accumulation = row["accumulation"]
+    if accumulation != "one_microbatch":
+        fields["microbatches"] = MICROBATCHES
+        key = "accumulate" if accumulation in ("sync_each", "no_sync", "nested_no_sync") \
+            else "sync_strategy"
+        fields[key] = accumulation
+    if row["precision"] == "autocast":
+        fields["autocast"] = "bfloat16"
+    if row["join"] == "uneven":
+        fields["join"] = JoinSpec()
+    if row["forwards"] == "several":
+        fields["forwards"] = 2
+    if row["eval_between_steps"] == "on":
+        fields["eval_between_steps"] = True
+    if row["checkpointing"] == "saved_mid_run":
+        fields.update(copy_wrapper="torch_save", copy_wrapper_at=1)
+    if row["comm_hook"] != "none":
+        fields["comm_hook"] = row["comm_hook"]
+        if row["comm_hook"] in LOSSY_HOOKS:
+            fields["rtol"] = LOSSY_RTOL
+    if row["model"] == "sparse":  # a sparse gradient is not reduced element by element
+        fields["trace_volume"] = False
+    return fields
+
+
+def rule(row: Row, pair: Pair) -> str:
+    """The rule of the row chosen for ``pair``: its two values' phrases, held together."""
+    (d1, v1), (d2, v2) = pair
+    first, second = BY_NAME[d1].values[v1], BY_NAME[d2].values[v2]
+    return f"{first[0].upper()}{first[1:]}, while {second}: DDP keeps both at once."
+
+
+def description(row: Row) -> str:
+    """Every value of the row, non-default ones first."""
+    parts = [f"{d.name}={row[d.name]}" for d in DIMENSIONS if row[d.name] != default(d.name)]
+    return "; ".join(parts) or "every dimension at its default"
+
+
+def scenario_for(row: Row, pair: Pair) -> Scenario:
+    """The scenario of ``row``, whose rule names ``pair`` (the pair it was chosen for)."""
+    return Scenario(scenario_id(row), description=description(row), rule=rule(row, pair),
+                    **_fields(row))
+
+
+def _presets(scenarios: Iterable[Scenario]) -> list[dict[str, str]]:
+    """Every full row a catalog scenario takes (set values expanded; a scenario with no
+    value in a dimension gives none): the covering array starts from them."""
+    names = [d.name for d in DIMENSIONS]
+    rows = []
+    for s in scenarios:
+        values = read(s)
+        rows += [dict(zip(names, r, strict=True))
+                 for r in itertools.product(*(sorted(values[n]) for n in names))]
+    return rows
+
+
+def _constraints() -> list[dict[str, Any]]:
+    """:data:`~.exclusions.EXCLUSIONS` and :data:`~.exclusions.GAPS` as covertable's
+    declarative constraints."""
+    return [{"operator": "not", "condition": {"operator": "and", "conditions": [
+        {"operator": "in", "left": dim, "values": sorted(values)}
+        for dim, values in x.when.items()]}} for x in EXCLUSIONS + GAPS]
+
+
+def generate(scenarios: list[Scenario]) -> list[tuple[dict[str, str], Pair]]:
+    """The rows that cover the valid pairs ``scenarios`` leave uncovered, each with the
+    first pair (in the table's order) it covers that nothing before it did."""
+    from covertable import make  # type: ignore[import-untyped]
+
+    base = [s for s in scenarios if not s.id.startswith(_PREFIX) and not s.may_raise]
+    state = coverage(base)
+    order = {p: i for i, p in enumerate(state.valid)}
+    covered = set(state.covered)
+    presets = _presets(base)
+    known = {tuple(sorted(p.items())) for p in presets}
+    rows = make({d.name: list(d.values) for d in DIMENSIONS}, constraints=_constraints(),
+                presets=presets)
+    kept = []
+    for row in rows:
+        if tuple(sorted(row.items())) in known:
+            continue
+        row = {d.name: row[d.name] for d in DIMENSIONS}
+        new = sorted((_row_pairs(row) & set(order)) - covered, key=order.__getitem__)
+        if new:
+            kept.append((row, new[0]))
+            covered |= set(new)
+    return kept
+
+
+def _row_pairs(row: Row) -> set[Pair]:
+    names = [d.name for d in DIMENSIONS]
+    return {((a, row[a]), (b, row[b])) for a, b in itertools.combinations(names, 2)}
+
+
+def full_row(values: Row) -> dict[str, str]:
+    """``values`` (the non-default ones) with every other dimension at its default."""
+    unknown = sorted(set(values) - set(BY_NAME))
+    if unknown:
+        raise ValueError(f"unknown dimension(s) {unknown}; known: {', '.join(BY_NAME)}")
+    return {d.name: values.get(d.name, default(d.name)) for d in DIMENSIONS}
+
+
+def suite_scenario(values: Row, pair: Pair, slow: bool = False) -> Scenario:
+    """The suite's scenario of a row given by its non-default ``values``."""
+    scenario = scenario_for(full_row(values), pair)
+    return dataclasses.replace(scenario, slow=True) if slow else scenario
+
+
+def suite_text(kept: list[tuple[dict[str, str], Pair]]) -> str:
+    """``suites/test_interactions.py`` holding ``kept`` as data."""
+    lines = []
+    for row, pair in kept:
+        values = {k: v for k, v in row.items() if v != default(k)}
+        lines.append(f"    ({values!r},\n     {pair!r}),")
+    return _SUITE.format(rows="\n".join(lines))
+
+
+_SUITE = '''"""Pairwise feature interactions: scenarios that cover the valid pairs of dimension values
+the rest of the catalog leaves uncovered (docs/interactions.md).
+
+Generated, do not edit by hand: ``python -m ddp_conformance.catalog.interaction_rows >
+suites/test_interactions.py`` (a covering array over ddp_conformance/catalog/interactions.py's
+dimensions, under catalog/exclusions.py's exclusions, starting from the catalog's own rows).
+Each row gives its non-default values and the pair its rule names.
+"""
+from ddp_conformance.catalog.interaction_rows import suite_scenario
+from ddp_conformance.catalog.rules import with_rules
+
+ROWS = [
+{rows}
+]
+
+SCENARIOS = [suite_scenario(values, pair) for values, pair in ROWS]
+#: Each scenario carries its rule, composed from the phrases of the pair it covers first.
+RULES: dict[str, str] = {{}}
+SCENARIOS = with_rules(SCENARIOS, RULES)
+'''
+
+
+def main() -> None:
+    """Print ``suites/test_interactions.py`` for the catalog as it is."""
+    from ddp_conformance.catalog.loader import load_catalog
+
+    sys.stdout.write(suite_text(generate(load_catalog())))
+
+
+if __name__ == "__main__":
+    main()
