@@ -26,7 +26,7 @@ from ddp_conformance.catalog.scenario import JoinSpec, Scenario
 Row = Mapping[str, str]
 
 #: The catalog model that stands for each value of the model dimension.
-MODEL_FOR = {"plain": "mlp", "buffers_in_place": "conv_bn",
+MODEL_FOR = {"plain": "mlp", "buffers_in_place": "conv_bn", "buffers_replaced": "buffers_replaced",
              "unused_parameters": "unused_on_rank1", "unused_output": "nested_outputs_aux_left_out",
              "tied": "tied", "low_precision": "mlp_bfloat16", "mixed_dtypes": "mixed_dtypes",
              "sparse": "sparse_embedding"}

@@ -102,7 +102,7 @@ def _optimizer(s: Scenario) -> Values:
 #: The comm hooks the dimension holds (others, such as PowerSGD whose tolerance is argued
 #: per model, take no value in it).
 HOOKS = ("allreduce", "allreduce_to_new_tensor", "fp16_compress", "builtin_allreduce",
-         "builtin_fp16_compress")
+         "builtin_fp16_compress", "bucket_position")
 
 
 def _hook(s: Scenario) -> Values:
@@ -168,6 +168,8 @@ MODEL_VALUES: dict[str, str] = {
     "plain": "a float32 model whose every parameter is used once",
     "buffers_in_place": "BatchNorm buffers updated in place are broadcast from rank 0 "
                         "before forwards",
+    "buffers_replaced": "buffers reassigned in forward are the module's buffers DDP "
+                        "broadcasts",
     "unused_parameters": "a parameter unused on a rank is marked ready with a zero "
                          "contribution",
     "unused_output": "parameters behind an output left out of the loss get no gradient "
@@ -244,7 +246,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
         "allreduce_to_new_tensor": "a hook returning a new tensor DDP copies back",
         "fp16_compress": "a Python float16-compressing hook",
         "builtin_allreduce": "torch's C++ allreduce hook",
-        "builtin_fp16_compress": "torch's C++ float16-compressing hook"}, _hook),
+        "builtin_fp16_compress": "torch's C++ float16-compressing hook",
+        "bucket_position": "a hook relying on bucket.index() and is_last() sees buckets "
+                           "numbered in order, the last flagged"}, _hook),
     Dimension("model", "what the model holds", MODEL_VALUES, _model),
 )
 
