@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def list_command(args: argparse.Namespace, out: TextIO) -> int:
     """``list``: the catalog (``-k``: the scenarios whose id matches), lines of at most
-    :data:`~ddp_conformance.catalog.listing.WIDTH` characters."""
+    :data:`~ddp_conformance.catalog.listing.WIDTH` characters; ``--pairs``: their pair
+    coverage instead (:func:`~ddp_conformance.catalog.pairs.coverage_text`)."""
     from ddp_conformance.catalog.listing import catalog_table
     from ddp_conformance.catalog.loader import keyword_matcher, load_catalog
 
@@ -131,6 +132,11 @@ def list_command(args: argparse.Namespace, out: TextIO) -> int:
     scenarios = [s for s in load_catalog() if matches(s.id)]
     if not scenarios:
         raise UsageError(f"no scenario matches -k {args.ddp_keyword!r}")
+    if args.ddp_pairs:
+        from ddp_conformance.catalog.pairs import coverage_text
+
+        out.write(coverage_text(scenarios) + "\n")
+        return EXIT_OK
     out.write(catalog_table(scenarios) + "\n")
     return EXIT_OK
 

@@ -164,6 +164,9 @@ OPTIONS: tuple[Option, ...] = (
            action="store_true", default=False, config_field="strict_messages"),
     Option("keyword", "only cases whose id matches, as pytest -k reads it", metavar="EXPR",
            routes=frozenset({CLI}), cli_flags=("-k",)),
+    Option("pairs", "instead of the scenarios, the pair coverage: how many valid pairs of "
+           "dimension values (options, procedures, comm hooks, models) the scenarios cover, "
+           "and which they do not", action="store_true", default=False, routes=frozenset({CLI})),
     Option("report-dir", "where results.jsonl, summary.md, junit.xml and report.html go "
            "(default reports/; under pytest none is written unless given)", default="reports",
            metavar="DIR", check=a_path("report-dir"), opt_in_under_pytest=True),
@@ -223,7 +226,8 @@ COMMANDS: dict[str, tuple[Use, ...]] = {
         Use("report-dir", "bench.json goes here, merged with what is there; the report set is "
                           "re-rendered with it (default reports/)"),
     ),
-    "list": (Use("keyword", "only scenarios whose id matches, as pytest -k reads it"),),
+    "list": (Use("keyword", "only scenarios whose id matches, as pytest -k reads it"),
+             Use("pairs")),
     "report": (Use("report-dir", "the run whose report set to re-render, as RESULTS_DIR "
                                  "(default reports/)"),),
 }

@@ -35,12 +35,27 @@ MICROBATCHES = 3
 #: float16's unit roundoff 2**-11 times (W + 1) roundings at W <= 4, with margin: the
 #: tolerance of comm-hooks/fp16-compress, argued there.
 LOSSY_RTOL = 4e-3
-#: The id's word for each non-default value.
-WORDS = {("bucket_cap", "tiny"): "tiny-cap", ("gradient_as_bucket_view", "on"): "bucket-view",
-         ("static_graph", "on"): "static", ("find_unused_parameters", "on"): "find-unused",
-         ("broadcast_buffers", "off"): "no-broadcast", ("join", "uneven"): "join",
-         ("forwards", "several"): "two-forwards", ("eval_between_steps", "on"): "eval",
-         ("checkpointing", "saved_mid_run"): "saved", ("set_to_none", "zeros"): "zeroed"}
+#: The id's word for a value, where the value alone would not say which dimension it is in.
+WORDS = {("bucket_cap", "default"): "default-cap", ("bucket_cap", "tiny"): "tiny-cap",
+         ("gradient_as_bucket_view", "off"): "own-grads",
+         ("gradient_as_bucket_view", "on"): "bucket-view",
+         ("static_graph", "off"): "dynamic-graph", ("static_graph", "on"): "static-graph",
+         ("find_unused_parameters", "off"): "all-used", ("find_unused_parameters", "on"):
+         "find-unused", ("broadcast_buffers", "on"): "broadcast",
+         ("broadcast_buffers", "off"): "no-broadcast", ("precision", "full"): "full-precision",
+         ("join", "off"): "no-join", ("join", "uneven"): "join", ("forwards", "one"):
+         "one-forward", ("forwards", "several"): "two-forwards",
+         ("eval_between_steps", "off"): "no-eval", ("eval_between_steps", "on"): "eval",
+         ("checkpointing", "none"): "not-saved", ("checkpointing", "saved_mid_run"): "saved",
+         ("set_to_none", "none"): "grads-to-none", ("set_to_none", "zeros"): "grads-zeroed",
+         ("comm_hook", "none"): "no-hook", ("comm_hook", "allreduce"): "allreduce-hook",
+         ("comm_hook", "allreduce_to_new_tensor"): "new-tensor-hook",
+         ("comm_hook", "fp16_compress"): "fp16-hook", ("comm_hook", "bucket_position"):
+         "position-hook", ("comm_hook", "builtin_allreduce"): "cpp-allreduce",
+         ("comm_hook", "builtin_fp16_compress"): "cpp-fp16",
+         ("accumulation", "single_auto_sync"): "single-auto",
+         ("accumulation", "multi_auto_sync"): "multi-auto",
+         ("model", "unused_parameters"): "unused-params"}
 _PREFIX = "interactions/"
 
 
@@ -49,15 +64,15 @@ def default(dimension: str) -> str:
     return next(iter(BY_NAME[dimension].values))
 
 
-def scenario_id(row: Row) -> str:
-    """``interactions/<model>[-<hook>][-<other non-default values>]``."""
-    words = [row["model"].replace("_", "-")]
-    for dim in DIMENSIONS:
-        value = row[dim.name]
-        if dim.name == "model" or value == default(dim.name):
-            continue
-        words.append(WORDS.get((dim.name, value), value.replace("_", "-")))
-    return _PREFIX + "-".join(words)
+def word(point: tuple[str, str]) -> str:
+    """A value as a word of an id."""
+    return WORDS.get(point, point[1].replace("_", "-"))
+
+
+def scenario_id(pair: Pair) -> str:
+    """``interactions/<value>+<value>``: the pair the row was chosen for (one row per pair,
+    so the id is unique)."""
+    return f"{_PREFIX}{word(pair[0])}+{word(pair[1])}"
 
 
 def _fields(row: Row) -> dict[str, Any]:
@@ -102,7 +117,7 @@ def rule(row: Row, pair: Pair) -> str:
     """The rule of the row chosen for ``pair``: its two values' phrases, held together."""
     (d1, v1), (d2, v2) = pair
     first, second = BY_NAME[d1].values[v1], BY_NAME[d2].values[v2]
-    return f"{first[0].upper()}{first[1:]}, while {second}: DDP keeps both at once."
+    return f"{first[0].upper()}{first[1:]}, while {second}."
 
 
 def description(row: Row) -> str:
@@ -113,7 +128,7 @@ def description(row: Row) -> str:
 
 def scenario_for(row: Row, pair: Pair) -> Scenario:
     """The scenario of ``row``, whose rule names ``pair`` (the pair it was chosen for)."""
-    return Scenario(scenario_id(row), description=description(row), rule=rule(row, pair),
+    return Scenario(scenario_id(pair), description=description(row), rule=rule(row, pair),
                     **_fields(row))
 
 

@@ -165,90 +165,124 @@ def _model(s: Scenario) -> Values:
 
 
 MODEL_VALUES: dict[str, str] = {
-    "plain": "a float32 model whose every parameter is used once",
-    "buffers_in_place": "BatchNorm buffers updated in place are broadcast from rank 0 "
-                        "before forwards",
-    "buffers_replaced": "buffers reassigned in forward are the module's buffers DDP "
-                        "broadcasts",
-    "unused_parameters": "a parameter unused on a rank is marked ready with a zero "
-                         "contribution",
-    "unused_output": "parameters behind an output left out of the loss get no gradient "
-                     "anywhere",
-    "tied": "a weight shared by two layers is one parameter, reduced once",
-    "low_precision": "a bfloat16 model is reduced in bfloat16",
-    "mixed_dtypes": "float32 and float64 parameters sit in buckets of their own dtype",
-    "sparse": "sparse embedding gradients are reduced as sparse tensors",
+    "plain": "a float32 model whose parameters each get one dense gradient per backward",
+    "buffers_in_place": "BatchNorm's running statistics, updated in place, follow rank 0's "
+                        "copy wherever DDP broadcasts buffers",
+    "buffers_replaced": "buffers reassigned to new tensors in forward are still the "
+                        "module's own, which DDP broadcasts",
+    "unused_parameters": "a branch one rank skips is marked ready with nothing from that "
+                         "rank, and averaged over all ranks",
+    "unused_output": "parameters behind an output left out of the loss never get "
+                     "a gradient anywhere",
+    "tied": "a weight two layers share is one parameter with one gradient, summed over its "
+            "uses and reduced once",
+    "low_precision": "bfloat16 parameters are bucketed and reduced in bfloat16, rounded to "
+                     "its 8-bit significand",
+    "mixed_dtypes": "float32 and float64 parameters go to separate buckets, one dtype "
+                    "per bucket",
+    "sparse": "a sparse embedding's gradient is reduced as a sparse tensor, its rows "
+              "gathered from every rank",
 }
+
+_CAP = {"default": "torch's default cap puts these small models' gradients in one bucket",
+        "tiny": "100-byte bucket caps launch one allreduce per parameter as it becomes "
+                "ready"}
+_VIEW = {"off": "each .grad is its own tensor, copied out of the bucket after reduction",
+         "on": "each .grad is a view into its bucket, written by the reduction itself"}
+_STATIC = {"off": "DDP searches nothing in advance and rebuilds buckets in gradient order "
+                  "after the first step",
+           "on": "static_graph records the first iteration's hooks and replays them, "
+                 "delaying that iteration's allreduce"}
+_UNUSED = {"off": "without find_unused_parameters every parameter must produce a gradient",
+           "on": "find_unused_parameters walks the autograd graph from the outputs after "
+                 "each forward"}
+_BROADCAST = {"on": "rank 0's buffers overwrite the others' before each synced forward",
+              "off": "with broadcast_buffers off every rank keeps the buffers its own "
+                     "forwards produced"}
+_PRECISION = {"full": "forwards compute in the parameters' own dtype",
+              "autocast": "forwards under bfloat16 autocast produce bfloat16 activations "
+                          "for float32 master weights",
+              "mixed_precision": "DDP's mixed_precision casts parameters for forward and "
+                                 "backward and reduces in reduce_dtype"}
+_ACCUMULATION = {
+    "one_microbatch": "each optimizer step runs one forward and backward",
+    "sync_each": "each of three microbatches reduces its gradient, and the reduced "
+                 "gradients accumulate",
+    "no_sync": "microbatches inside no_sync accumulate locally, and the final synced one "
+               "reduces the sum",
+    "nested_no_sync": "leaving an inner no_sync inside an outer one restores no-sync "
+                      "rather than switching reduction on",
+    "single_auto_sync": "single_auto_sync (Composer) defers reduction to the closing "
+                        "microbatch through no_sync",
+    "multi_auto_sync": "Composer's multi_auto_sync reduces during all three backwards, "
+                       "summing what they reduced",
+    "forced_sync": "forced_sync (Composer) runs the whole step under no_sync, then calls "
+                   "all_reduce on every .grad by hand"}
+_JOIN = {"off": "every rank has data for every step",
+         "uneven": "under Join, ranks that ran out of data shadow the active ranks' "
+                   "allreduces with zeros"}
+_FORWARDS = {"one": "one forward feeds each backward",
+             "several": "two forwards' losses are summed before a single backward"}
+_EVAL = {"off": "no forward runs outside training",
+         "on": "an eval forward under no_grad between steps takes the buffer broadcast, "
+               "leaving the next training forward without one"}
+_SAVED = {"none": "one wrapper object trains from start to end",
+          "saved_mid_run": "a wrapper saved with torch.save and loaded after a step builds "
+                           "a fresh reducer that trains on"}
+_ZERO = {"none": "zero_grad(set_to_none=True) leaves .grad None until the next reduction "
+                 "creates it",
+         "zeros": "zero_grad(set_to_none=False) keeps zeroed tensors that the next "
+                  "reduction overwrites"}
+_OPTIMIZER = {
+    "sgd": "plain SGD steps on the averaged gradient",
+    "sgd_momentum": "momentum SGD carries the averaged gradients of earlier steps",
+    "adam": "Adam scales each averaged gradient by its running second moment",
+    "zero_sgd": "ZeroRedundancyOptimizer steps each rank's shard and broadcasts the "
+                "updated parameters",
+    "fused_sgd": "the fused optimizer steps each parameter inside backward, right after "
+                 "its bucket's allreduce",
+    "in_backward_sgd": "an optimizer applied in backward steps each parameter on its "
+                       "reduced gradient"}
+_HOOK = {
+    "none": "DDP's own allreduce averages each bucket",
+    "allreduce": "allreduce_hook divides every bucket by world size, then sums it across "
+                 "ranks, all from Python",
+    "allreduce_to_new_tensor": "a hook whose future returns a new tensor has it copied "
+                               "back into the bucket",
+    "fp16_compress": "fp16_compress_hook halves the wire: float16 sums, cast back to the "
+                     "gradients' dtype afterwards",
+    "builtin_allreduce": "_register_builtin_comm_hook(ALLREDUCE) averages buckets inside "
+                         "the C++ reducer, no Python callback",
+    "builtin_fp16_compress": "the C++ FP16_COMPRESS built-in casts buckets to half "
+                             "precision before summing, then restores them",
+    "bucket_position": "a hook counting buckets by index() and is_last() sees them "
+                       "numbered in launch order, the last one flagged"}
 
 
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("bucket_cap", "bucket_cap_mb: torch's default, or tiny (a bucket per "
-              "parameter)", {"default": "every gradient fits torch's default buckets",
-                             "tiny": "tiny buckets reduce each parameter on its own"},
-              _bucket_cap),
-    Dimension("gradient_as_bucket_view", "gradients as views of the buckets",
-              {"off": "gradients are tensors of their own",
-               "on": "gradients are views into the buckets"},
+              "parameter)", _CAP, _bucket_cap),
+    Dimension("gradient_as_bucket_view", "gradients as views of the buckets", _VIEW,
               _option("gradient_as_bucket_view", False)),
-    Dimension("static_graph", "static_graph", {
-        "off": "the graph is traced every iteration",
-        "on": "the first iteration's graph is recorded and replayed"},
-        _option("static_graph", False)),
-    Dimension("find_unused_parameters", "find_unused_parameters", {
-        "off": "every parameter is expected to get a gradient",
-        "on": "the autograd graph is searched for unused parameters"},
-        _option("find_unused_parameters", False)),
+    Dimension("static_graph", "static_graph", _STATIC, _option("static_graph", False)),
+    Dimension("find_unused_parameters", "find_unused_parameters", _UNUSED,
+              _option("find_unused_parameters", False)),
     Dimension("broadcast_buffers", "buffers broadcast from rank 0 before forwards "
-              "(broadcast_buffers, forward_sync_buffers)", {
-                  "on": "buffers follow rank 0 at every synced forward",
-                  "off": "each rank keeps its own buffers"}, _broadcast),
+              "(broadcast_buffers, forward_sync_buffers)", _BROADCAST, _broadcast),
     Dimension("precision", "the forward's precision: full, autocast bfloat16, or DDP's "
-              "mixed_precision", {
-                  "full": "forwards run in the parameters' dtype",
-                  "autocast": "forwards run under bfloat16 autocast",
-                  "mixed_precision": "DDP casts parameters for forward and backward"},
-              _precision),
-    Dimension("accumulation", "how the microbatches of a step are reduced", {
-        "one_microbatch": "one microbatch per step",
-        "sync_each": "each microbatch's reduced gradient accumulates",
-        "no_sync": "microbatches inside no_sync accumulate locally until the synced one",
-        "nested_no_sync": "leaving a nested no_sync keeps sync off",
-        "single_auto_sync": "Composer's single_auto_sync reduces the last microbatch only",
-        "multi_auto_sync": "Composer's multi_auto_sync reduces every microbatch",
-        "forced_sync": "Composer's forced_sync reduces by hand after the last backward"},
-        _accumulation),
-    Dimension("join", "Join with uneven inputs", {
-        "off": "every rank runs every step",
-        "uneven": "ranks that ran out of data shadow the reductions under Join"}, _join),
-    Dimension("forwards", "forwards per backward", {
-        "one": "one forward per backward",
-        "several": "two forwards' losses summed before one backward"}, _forwards),
-    Dimension("eval_between_steps", "an eval forward under no_grad between steps", {
-        "off": "training forwards only",
-        "on": "an eval forward between steps broadcasts buffers and leaves the next "
-              "forward unsynced"}, _eval),
-    Dimension("checkpointing", "the wrapper saved and reloaded mid-run (pickle, "
-              "deepcopy, torch.save); the copy trains on", {
-                  "none": "one wrapper trains throughout",
-                  "saved_mid_run": "a wrapper saved and reloaded mid-run trains on"},
-              _saved),
-    Dimension("set_to_none", "zero_grad(set_to_none=True) or zeroed gradients", {
-        "none": "zero_grad sets gradients to None",
-        "zeros": "zero_grad leaves zero tensors the next reduction fills"}, _set_to_none),
-    Dimension("optimizer", "the optimizer", {
-        "sgd": "plain SGD", "sgd_momentum": "SGD with momentum",
-        "adam": "Adam", "zero_sgd": "ZeroRedundancyOptimizer shards the step",
-        "fused_sgd": "a fused optimizer steps each parameter after its bucket",
-        "in_backward_sgd": "an optimizer applied in backward"}, _optimizer),
-    Dimension("comm_hook", "the comm hook, Python or torch's C++ built-in", {
-        "none": "DDP's own allreduce",
-        "allreduce": "a Python allreduce hook",
-        "allreduce_to_new_tensor": "a hook returning a new tensor DDP copies back",
-        "fp16_compress": "a Python float16-compressing hook",
-        "builtin_allreduce": "torch's C++ allreduce hook",
-        "builtin_fp16_compress": "torch's C++ float16-compressing hook",
-        "bucket_position": "a hook relying on bucket.index() and is_last() sees buckets "
-                           "numbered in order, the last flagged"}, _hook),
+              "mixed_precision", _PRECISION, _precision),
+    Dimension("accumulation", "how the microbatches of a step are reduced", _ACCUMULATION,
+              _accumulation),
+    Dimension("join", "Join with uneven inputs", _JOIN, _join),
+    Dimension("forwards", "forwards per backward", _FORWARDS, _forwards),
+    Dimension("eval_between_steps", "an eval forward under no_grad between steps", _EVAL,
+              _eval),
+    Dimension("checkpointing", "the wrapper saved and reloaded mid-run (pickle, deepcopy, "
+              "torch.save); the copy trains on", _SAVED, _saved),
+    Dimension("set_to_none", "zero_grad(set_to_none=True) or zeroed gradients", _ZERO,
+              _set_to_none),
+    Dimension("optimizer", "the optimizer", _OPTIMIZER, _optimizer),
+    Dimension("comm_hook", "the comm hook, Python or torch's C++ built-in", _HOOK, _hook),
     Dimension("model", "what the model holds", MODEL_VALUES, _model),
 )
 

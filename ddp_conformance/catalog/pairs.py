@@ -9,11 +9,13 @@ limit) run no training through the combination and cover nothing; slow scenarios
 from __future__ import annotations
 
 import itertools
+import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ddp_conformance.catalog.exclusions import Exclusion, pair_exclusion
+from ddp_conformance.catalog.exclusions import GAPS, Exclusion, pair_exclusion
 from ddp_conformance.catalog.interactions import DIMENSIONS, read
+from ddp_conformance.catalog.listing import WIDTH
 from ddp_conformance.catalog.scenario import Scenario
 
 #: One value of one dimension, and a pair of them (dimensions in DIMENSIONS' order).
@@ -89,3 +91,29 @@ def coverage(scenarios: Iterable[Scenario], slow: bool = True) -> Coverage:
 def pair_text(pair: Pair) -> str:
     (d1, v1), (d2, v2) = pair
     return f"{d1}={v1} x {d2}={v2}"
+
+
+def coverage_text(scenarios: list[Scenario]) -> str:
+    """What ``ddp-conformance list --pairs`` prints: the covered share of the valid pairs
+    with and without the slow scenarios, then every uncovered pair, with the reason the
+    generator leaves it out where it does (``exclusions.GAPS``)."""
+    every, default_run = coverage(scenarios), coverage(scenarios, slow=False)
+    excluded = len(excluded_pairs())
+    lines = [f"pair coverage: {len(every.covered)} of {len(every.valid)} valid pairs "
+             f"covered ({every.percent:.1f}%), {len(default_run.covered)} "
+             f"({default_run.percent:.1f}%) without the --slow scenarios",
+             f"{len(DIMENSIONS)} dimensions, {sum(len(d.values) for d in DIMENSIONS)} values, "
+             f"{len(every.valid) + excluded} pairs, {excluded} excluded (docs/interactions.md)",
+             f"uncovered: {len(every.uncovered)}"]
+    for pair in every.uncovered:
+        gap = gap_of(pair)
+        lines += textwrap.wrap(f"{pair_text(pair)}" + (f": {gap.reason}" if gap else ""),
+                               WIDTH, initial_indent="  ", subsequent_indent="      ",
+                               break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+def gap_of(pair: Pair) -> Exclusion | None:
+    """The entry of ``exclusions.GAPS`` that keeps the generator off ``pair``, if any."""
+    row = dict(pair)
+    return next((g for g in GAPS if set(g.when) <= set(row) and g.matches(row)), None)
