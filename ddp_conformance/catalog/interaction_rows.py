@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import sys
+import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -197,11 +198,16 @@ def suite_scenario(values: Row, pair: Pair, slow: bool = False) -> Scenario:
 
 
 def suite_text(kept: list[tuple[dict[str, str], Pair]]) -> str:
-    """``suites/test_interactions.py`` holding ``kept`` as data."""
+    """``suites/test_interactions.py`` holding ``kept`` as data, a row per entry under a
+    comment naming its scenario."""
     lines = []
     for row, pair in kept:
-        values = {k: v for k, v in row.items() if v != default(k)}
-        lines.append(f"    ({values!r},\n     {pair!r}),")
+        items = [f'"{k}": "{v}"' for k, v in row.items() if v != default(k)]
+        body = textwrap.wrap(", ".join(items), 92, break_long_words=False,
+                             break_on_hyphens=False)
+        (d1, v1), (d2, v2) = pair
+        lines += [f"    # {scenario_id(pair)}", "    ({" + "\n      ".join(body) + "},",
+                  f'     (("{d1}", "{v1}"), ("{d2}", "{v2}"))),']
     return _SUITE.format(rows="\n".join(lines))
 
 

@@ -122,7 +122,7 @@ REPLACED_BUFFER_MODELS = frozenset({"buffers_replaced"})
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _structure(model: str, kwargs: tuple[tuple[str, object], ...]) -> Values:
     """The structural features of a model, read from the module it builds: buffers, a
     parameter used under two names (tied), float16/bfloat16 parameters, several floating
