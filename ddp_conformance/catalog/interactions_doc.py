@@ -35,8 +35,9 @@ leaves uncovered: a covering array over all the dimensions (covertable, with the
 as constraints and the catalog's own rows as presets), keeping each row that covers a pair
 nothing before it did. Each is named after the first such pair
 (`interactions/tiny-cap+no-broadcast`) and its rule joins the two values' phrases. The
-suite is regenerated with
-`python -m ddp_conformance.catalog.interaction_rows > suites/test_interactions.py`.
+suite is regenerated (covertable comes with the `dev` extra) with
+`python -m ddp_conformance.catalog.interaction_rows > suites/test_interactions.py`, and
+this page with `python -m ddp_conformance.catalog.interactions_doc > docs/interactions.md`.
 """
 
 
