@@ -33,7 +33,9 @@ so every scenario of the catalog counts, whoever wrote it. Scenarios that check 
 The scenarios of `suites/test_interactions.py` cover the valid pairs the rest of the catalog
 leaves uncovered: a covering array over all the dimensions (covertable, with the exclusions
 as constraints and the catalog's own rows as presets), keeping each row that covers a pair
-nothing before it did. Each is named after the first such pair
+nothing before it did. The rows come in the generator's order, which covers the most new
+pairs first; the first ones run by default and the rest only with `--slow` (both figures
+below). Each is named after the first such pair
 (`interactions/tiny-cap+no-broadcast`) and its rule joins the two values' phrases. The
 suite is regenerated (covertable comes with the `dev` extra) with
 `python -m ddp_conformance.catalog.interaction_rows > suites/test_interactions.py`, and
