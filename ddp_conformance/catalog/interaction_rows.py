@@ -220,10 +220,11 @@ def suite_text(kept: list[tuple[dict[str, str], Pair]],
         (d1, v1), (d2, v2) = pair
         lines += [f"    # {scenario_id(pair)}", "    ({" + "\n      ".join(body) + "},",
                   f'     (("{d1}", "{v1}"), ("{d2}", "{v2}"))),']
-    return _SUITE.format(rows="\n".join(lines), default_run=default_run)
+    return (_HEADER + "\n".join(lines) + "\n]\n\n"
+            + _FOOTER.format(default_run=default_run))
 
 
-_SUITE = '''"""Pairwise feature interactions: scenarios that cover the valid pairs of dimension values
+_HEADER = '''"""Pairwise feature interactions: scenarios that cover the valid pairs of dimension values
 the rest of the catalog leaves uncovered (docs/interactions.md).
 
 Generated, do not edit by hand: ``python -m ddp_conformance.catalog.interaction_rows >
@@ -236,10 +237,8 @@ from ddp_conformance.catalog.interaction_rows import suite_scenario
 from ddp_conformance.catalog.rules import with_rules
 
 ROWS = [
-{rows}
-]
-
-#: The first DEFAULT_RUN rows (they cover the most new pairs) run by default; the others
+'''
+_FOOTER = '''#: The first DEFAULT_RUN rows (they cover the most new pairs) run by default; the others
 #: are slow scenarios, run with --slow (docs/interactions.md gives both coverage figures).
 DEFAULT_RUN = {default_run}
 SCENARIOS = [suite_scenario(values, pair, slow=i >= DEFAULT_RUN)
