@@ -36,7 +36,6 @@ def _x(reason: str, **when: str | tuple[str, ...]) -> Exclusion:
 
 
 LOSSY_HOOKS = ("fp16_compress", "builtin_fp16_compress")
-UNUSED = ("unused_parameters", "unused_output")
 #: Accumulations of several microbatches.
 MICROBATCHED = ("sync_each", "no_sync", "nested_no_sync", "single_auto_sync",
                 "multi_auto_sync", "forced_sync")
@@ -51,7 +50,14 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
        optimizer="in_backward_sgd"),
     _x("a parameter without a gradient needs find_unused_parameters or static_graph: "
        "without either torch raises at the next step, by design (errors/)",
-       model=UNUSED, find_unused_parameters="off", static_graph="off"),
+       model="unused_parameters", find_unused_parameters="off", static_graph="off"),
+    _x("parameters behind an output left out of the loss never get a gradient: without "
+       "find_unused_parameters torch raises at the next step, by design (errors/)",
+       model="unused_output", find_unused_parameters="off"),
+    _x("static_graph finds unused parameters from the forward's outputs in its first "
+       "iteration: those behind an output left out of the loss count as used, and torch "
+       "raises at the next one (the limit errors/output-left-out-of-loss shows)",
+       model="unused_output", static_graph="on"),
     _x("Join shadows one forward per iteration (the active ranks' allreduce): several "
        "forwards per backward leave the joined ranks behind, by design",
        join="uneven", forwards="several"),
@@ -85,18 +91,15 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
        "mid-run: tests/standalone/static_graph_deepcopy.py", static_graph="on",
        checkpointing="saved_mid_run"),
     _x("torch 2.13 reports index() 0 for every bucket and no is_last() in a static graph's "
-       "first iteration with buckets per dtype: tests/standalone/static_graph_bucket_index.py",
-       static_graph="on", comm_hook="bucket_position", model="mixed_dtypes"),
+       "first iteration with several buckets from the start (one per dtype, a sparse "
+       "gradient's own): tests/standalone/static_graph_bucket_index.py",
+       static_graph="on", comm_hook="bucket_position", model=("mixed_dtypes", "sparse")),
     _x("a rank that joins changes the graph a static graph replays: torch raises 'Your "
        "training graph has changed' or the joined rank's shadow allreduce meets a forward",
        static_graph="on", join="uneven"),
     _x("several forwards before one backward under find_unused_parameters mark a parameter "
        "ready twice: torch refuses it ('Expected to mark a variable ready only once')",
        forwards="several", find_unused_parameters="on"),
-    _x("an output left out of the loss leaves the parameters that produced it without a "
-       "gradient although the graph reaches them: torch raises 'Expected to have finished "
-       "reduction' even with find_unused_parameters (errors/output-left-out-of-loss)",
-       model="unused_output"),
     _x("torch cannot add sparse float16 tensors ('cadd_sparse' not implemented for 'Half'): "
        "a float16-compressing hook fails on a sparse gradient", model="sparse",
        comm_hook=LOSSY_HOOKS),

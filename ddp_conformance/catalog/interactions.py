@@ -116,7 +116,7 @@ def _hook(s: Scenario) -> Values:
 UNUSED_PARAMETER_MODELS = frozenset({"unused_on_rank1", "unused_first_on_rank1",
                                      "unused_always_and_alternate", "moe", "freeze_mid_run",
                                      "late_use"})
-UNUSED_OUTPUT_MODELS = frozenset({"nested_outputs_aux_left_out"})
+UNUSED_OUTPUT_MODELS = frozenset({"nested_outputs_aux_left_out", "two_heads_one_left_out"})
 #: Models that reassign their buffers in forward rather than updating them in place.
 REPLACED_BUFFER_MODELS = frozenset({"buffers_replaced"})
 LOW_PRECISION = (torch.float16, torch.bfloat16)
