@@ -58,6 +58,9 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
        "iteration: those behind an output left out of the loss count as used, and torch "
        "raises at the next one (the limit errors/output-left-out-of-loss shows)",
        model="unused_output", static_graph="on"),
+    _x("an output left out of the loss needs find_unused_parameters (above), under which "
+       "several forwards per backward mark a parameter ready twice (below)",
+       model="unused_output", forwards="several"),
     _x("Join shadows one forward per iteration (the active ranks' allreduce): several "
        "forwards per backward leave the joined ranks behind, by design",
        join="uneven", forwards="several"),
