@@ -164,16 +164,30 @@ def test_an_empty_trace_with_synchronised_gradients_is_not_applied_everywhere() 
     assert not TRACE_CHECKS & set(world.evidence.checks)
 
 
-def test_an_empty_trace_with_gradients_that_differ_is_judged() -> None:
-    """Nothing went through the traced group and the ranks disagree: nothing synchronised
-    the gradients by another route; the trace says so."""
+def test_an_empty_trace_with_gradients_that_differ_is_not_applied_either() -> None:
+    """Nothing went through the traced group and the ranks disagree (a candidate on its
+    own group with a defect elsewhere): the trace saw nothing, so it claims nothing (no
+    "0 collectives"); the ranks' disagreement is the value checks' to report."""
     world = make_world()
     world.set_trace([])
     grads = world.records[1].steps[0].grads
     assert grads["w"] is not None
     grads["w"] = grads["w"] + 1.0
+    failed = world.failed()
+    assert not {c for c in failed if c.startswith("trace.")}, failed
+    notes = [n for n in world.evidence.notes if "trace.reduced_once" in n]
+    assert notes and NOT_APPLIED in notes[0], world.evidence.notes
+    assert "value checks judge" in notes[0]
+
+
+def test_a_trace_that_saw_part_of_the_gradients_is_judged() -> None:
+    """Half the gradient elements went through the traced group (above the share a
+    candidate on its own group may still send): judged, and the shortfall named."""
+    world = make_world()  # 4 gradient elements
+    world.set_trace([Collective(step, 0, "backward", "allreduce", "float32", 2, 2, 8)
+                     for step in range(2)])
     assert "trace.reduced_once" in world.failed()
-    assert "never synchronised" in world.messages("trace.reduced_once")[0]
+    assert "reduced 2 of the model's 4" in world.messages("trace.reduced_once")[0]
 
 
 def _on_buffer(numel: int, steps: int = 2, calls: int = 2) -> list[Collective]:

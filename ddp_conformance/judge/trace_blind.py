@@ -81,7 +81,7 @@ def _shortfall(ctx: Context, rank: int) -> str | None:
     if needed == 0 or seen >= FAR_FEWER * needed:
         return None
     return (f"rank {rank}: {seen} of the {needed} gradient elements its synced backwards "
-            f"needed went through it, yet every rank holds the same gradients")
+            f"needed went through it")
 
 
 def bypass(ctx: Context) -> str | None:
@@ -89,9 +89,14 @@ def bypass(ctx: Context) -> str | None:
     traced volume means something (``Scenario.trace_volume``: not under PowerSGD, whose
     compressed volume is a fraction of the gradients', nor ``noop_hook``, which reduces
     nothing, nor for sparse gradients, which are gathered), its gradients were
-    synchronised (:func:`gradients_synchronised`), and on every rank of
-    the group the synced backwards reduced far fewer gradient elements through the
-    traced group than they needed (:data:`FAR_FEWER`; none at all, typically)."""
+    on every rank of the group the synced backwards reduced far fewer gradient elements
+    through the traced group than they needed (:data:`FAR_FEWER`; none at all,
+    typically), whatever the ranks' gradients hold afterwards. Whether they agree says
+    nothing of the route: a candidate that reduces through its own group and has a
+    defect elsewhere (a parameter left ``None`` on some ranks) leaves them disagreeing,
+    and the trace still saw none of its collectives; what the gradients hold is the
+    value checks' to judge. (:func:`gradients_synchronised` says which case it is, for
+    the note.)"""
     if ctx.expects_error or not ctx.trace or not ctx.scenario.trace_volume:
         return None  # no volume to expect: a compressing or no-op hook, sparse gradients
     reasons = []
@@ -100,7 +105,11 @@ def bypass(ctx: Context) -> str | None:
         if reason is None:
             return None  # the cheap test first: a trace that saw enough is judged
         reasons.append(reason)
-    return reasons[0] if gradients_synchronised(ctx) else None
+    if not reasons:
+        return None
+    held = ("every rank holds the same gradients" if gradients_synchronised(ctx) else
+            "the value checks judge what the ranks hold")
+    return f"{reasons[0]}; {held}"
 
 
 def trace_applies(ctx: Context, check: str) -> bool:

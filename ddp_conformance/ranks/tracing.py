@@ -50,7 +50,7 @@ from ddp_conformance.contract.backend import capability
 from ddp_conformance.ranks.communicator import COMMUNICATORS, CommState
 from ddp_conformance.ranks.flight import POLLER, FlightRecorder
 from ddp_conformance.script.collective import REDUCING, Collective
-from ddp_conformance.script.extents import reduced_extents
+from ddp_conformance.script.extents import BOOK, reduced_memory
 
 #: How finely ``Tracer.completions`` stamps completion times (see :meth:`Tracer.watch`).
 COMPLETION_FLOOR_S = 0.00005
@@ -164,12 +164,13 @@ def _traced(name: str) -> Callable[..., Any]:
         tensor, numel = measure(args) if args else (None, 0)
         tracer = self.tracer
         entry = tracer.record(name, tensor, numel, self.size())
-        entry.extents = reduced_extents(tracer, name, args, REDUCING)
+        entry.extents, entry.again, entry.blocks = reduced_memory(tracer, name, args, REDUCING)
         self.seq += 1
         # Not every operation is bound on a backend object (ProcessGroupGloo lacks the
         # coalesced ones): those take the generic c10d path of a plain group over it.
         target = self.inner if hasattr(self.inner, name) else self.plain
         work = getattr(target, name)(*args, **kwargs)
+        BOOK.bind(work)
         if self.pooled and work is not None:
             self.in_flight.append(work)
         if tracer.completions:

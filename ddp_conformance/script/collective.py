@@ -29,6 +29,12 @@ class Collective:
     done: float | None = field(default=None, compare=False)
     #: Which storage bytes a backward reduction summed (:mod:`.extents`; empty otherwise).
     extents: tuple[tuple[int, int, int], ...] = field(default=(), compare=False)
+    #: Of that memory, what an earlier reduction of the backward summed, as it was at this
+    #: one's launch (:data:`.extents.Again`: block digests; empty otherwise).
+    again: tuple[tuple[int, int, int, tuple[str, ...]], ...] = field(default=(), compare=False)
+    #: Block digests of all an in-place backward reduction summed, at its launch
+    #: (:func:`.extents.launch_digests`; empty otherwise).
+    blocks: tuple[str, ...] = field(default=(), compare=False)
 
     def signature(self) -> tuple[str, str, int, int]:
         """What must match across ranks: kind, dtype, element count, group size."""

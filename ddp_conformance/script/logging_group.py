@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ddp_conformance.script.collective import REDUCING, Collective
-from ddp_conformance.script.extents import reduced_extents
+from ddp_conformance.script.extents import BOOK, reduced_memory
 
 #: A collective's deadline by default, in seconds. The script's collectives move a few
 #: kilobytes between processes of one machine (milliseconds); what a rank may legitimately
@@ -128,9 +128,10 @@ def _logged(kind: str, data: int | None) -> Any:
     def call(self: LoggingGroup, *args: Any, **kwargs: Any) -> Any:
         entry = TRACE.record(kind, _flat(args[data]) if data is not None and args else [],
                              self.size())
-        entry.extents = reduced_extents(TRACE, kind, args, REDUCING)
+        entry.extents, entry.again, entry.blocks = reduced_memory(TRACE, kind, args, REDUCING)
         target = self.gloo if hasattr(self.gloo, kind) else self.plain
         work = getattr(target, kind)(*args, **kwargs)
+        BOOK.bind(work)
         TRACE.works = [*TRACE.works[-63:], (len(TRACE.log) - 1, work)]
         return work
     return call

@@ -20,14 +20,34 @@ What this establishes, and what not:
   covers them, summing memory again carries no gradient that was not reduced already.
 - A collective recorded without extents (a trace from before extents, a hand-built one)
   counts as memory of its own: only its element count speaks.
+
+**By what the memory held** (``fresh``, given where every rank's trace is at hand): the
+tracing group records, for memory an earlier reduction of the backward summed, block
+digests of what it holds at the later reduction's launch (:data:`.extents.Again`). An
+all-reduce leaves the same bits on every rank of its group, and a deterministic
+element-wise step after it (dividing by the world size) keeps them the same; a rank's
+local gradients copied in since differ from its peers'. So a block whose digest differs
+between ranks was *rewritten* since its last reduction (a block of zeros says nothing: a
+reduction leaves zeros where the gradients were zero), and a reduction that carries
+rewritten or never-reduced memory, or nothing but zeros again, is a staging buffer
+refilled, not a second reduction: its other re-reduced memory is a stale tail
+(``restaged``), not counted twice. A reduction over nothing but memory that holds,
+bitwise on every rank, what the earlier reduction left (or that is still in flight, or
+was summed by a reduction whose result is not left in place) is a second reduction.
+Memory refilled with gradients bitwise equal on every rank and not zero would read as
+already reduced; at world size 1 contents say nothing, and the rule below applies.
+
+Without ``fresh`` (a reproducer's one rank, world size 1), by where it was: a staging
+buffer is told from a second reduction by what the backward needed (above).
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ddp_conformance.script.collective import Collective, as_real, gradient_reduction
+from ddp_conformance.script.extents import IN_FLIGHT, NOT_IN_PLACE, ZERO
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,55 @@ class Coverage:
     summed: int
     distinct: int
     twice: tuple[SummedTwice, ...]
+    #: Elements of re-reduced memory tolerated as a refilled staging buffer's stale part
+    #: (judged by contents), and whether contents show every entry of ``twice`` to be
+    #: values already reduced (not so where a reduce or reduce-scatter summed it first).
+    restaged: int = 0
+    proven: bool = False
+    #: Distinct elements of the storages refilled and reduced again (staging buffers):
+    #: their size says nothing of how many gradients they carried (a tail never written,
+    #: or stale), so the bound on distinct memory leaves them out.
+    staging: int = 0
+    #: Reductions that summed nothing but values the same on every rank (some not zero):
+    #: values already reduced, copied elsewhere (None: contents not judged). The bound
+    #: on distinct memory is broken only with such evidence where contents are judged:
+    #: a buffer reduced whole once may have a tail that never held a gradient.
+    settled: int | None = None
+
+
+#: ``fresh(position, entry, block)``: whether block ``block`` of the ``entry``-th
+#: :data:`.extents.Again` record of the backward's ``position``-th reduction was rewritten
+#: since its last reduction (see the module's docstring); ``entry`` -1: the reduction's
+#: own launch digests (``Collective.blocks``), whether that block holds local data.
+Fresh = Callable[[int, int, int], bool]
+
+
+def _settled(c: Collective, position: int, fresh: Fresh) -> bool:
+    """Whether reduction ``c`` summed nothing but values the same on every rank, some of
+    them not zero: values already reduced, wherever they were copied to (its launch
+    digests; False without them)."""
+    if not c.blocks or all(b == ZERO for b in c.blocks):
+        return False
+    return not any(fresh(position, -1, b) for b in range(len(c.blocks)))
+
+
+def _carries_fresh(c: Collective, position: int, fresh: Fresh) -> bool | None:
+    """Whether reduction ``c``, which summed memory an earlier reduction of the backward
+    summed, also summed memory none did, or memory rewritten since (None: contents
+    cannot say: no record of them, or a reduction whose result is not left in place
+    summed some of it first)."""
+    if not c.again:
+        return None  # no record of what the memory held (a hand-built or older trace)
+    mine = sum(stop - start for _, start, stop in c.extents)
+    again = sum(stop - start for _, start, stop, _ in c.again)
+    if mine > again:
+        return True
+    if all(b == ZERO for entry in c.again for b in entry[3]):
+        return True  # zeros summed again: nothing already reduced is summed twice
+    if any(fresh(position, k, b) for k, entry in enumerate(c.again)
+           for b in range(len(entry[3]))):
+        return True
+    return None if any(NOT_IN_PLACE in entry[3] for entry in c.again) else False
 
 
 def _real_size(c: Collective) -> float:
@@ -64,8 +133,10 @@ def _real_size(c: Collective) -> float:
     return c.nbytes / real if real and c.nbytes else 0.0
 
 
-def coverage(reductions: Iterable[Collective]) -> Coverage:
-    """The coverage of ``reductions``: one backward's gradient reductions on one rank."""
+def coverage(reductions: Iterable[Collective], fresh: Fresh | None = None) -> Coverage:
+    """The coverage of ``reductions``: one backward's gradient reductions on one rank;
+    with ``fresh``, memory summed again by a reduction that carries rewritten memory is
+    ``restaged``, not ``twice``."""
     calls, summed, distinct = 0, 0, 0
     # storage -> [(start, stop, reduction index, bytes per real element)]
     spans: dict[int, list[tuple[int, int, int, float]]] = defaultdict(list)
@@ -83,25 +154,71 @@ def coverage(reductions: Iterable[Collective]) -> Coverage:
         for storage, start, stop in c.extents:
             spans[storage].append((start, stop, index, size))
     twice: list[SummedTwice] = []
-    for ranges in spans.values():
+    by_storage: dict[int, int] = defaultdict(int)
+    for storage, ranges in spans.items():
         ranges.sort()
         reach, owner = -1, -1  # furthest byte covered so far, and by which reduction
         for start, stop, index, size in ranges:
             fresh_from = max(start, reach)
-            distinct += round(max(0, stop - fresh_from) / size)
+            by_storage[storage] += round(max(0, stop - fresh_from) / size)
             if start < reach:
                 overlap = round((min(stop, reach) - start) / size)
                 first, second = sorted((owner, index))
                 twice.append(SummedTwice(first, second, mine[first], mine[second], overlap))
             if stop > reach:
                 reach, owner = stop, index
-    return Coverage(calls, summed, distinct, tuple(twice))
+    distinct += sum(by_storage.values())
+    if fresh is None:
+        return Coverage(calls, summed, distinct, tuple(twice))
+    carries = [_carries_fresh(c, i, fresh) for i, c in enumerate(mine)]
+    kept = tuple(t for t in twice if not carries[t.second])
+    restaged = sum(t.elements for t in twice if carries[t.second])
+    proven = all(carries[t.second] is False for t in kept)
+    buffers = {entry[0] for i, c in enumerate(mine) if carries[i] for entry in c.again}
+    settled = (sum(_settled(c, i, fresh) for i, c in enumerate(mine))
+               if all(c.blocks for c in mine) else None)
+    return Coverage(calls, summed, distinct, kept, restaged, proven,
+                    sum(by_storage[s] for s in buffers), settled)
 
 
-def backward_coverage(trace: Iterable[Collective]) -> dict[tuple[int, int], Coverage]:
-    """Per (step, microbatch): the :func:`coverage` of the backward's gradient reductions."""
+def backward_reductions(trace: Iterable[Collective]) -> dict[tuple[int, int], list[Collective]]:
+    """Per (step, microbatch): the backward's gradient reductions, in trace order."""
     per: dict[tuple[int, int], list[Collective]] = defaultdict(list)
     for c in trace:
         if gradient_reduction(c):
             per[(c.step, c.microbatch)].append(c)
-    return {key: coverage(cs) for key, cs in per.items()}
+    return dict(per)
+
+
+def backward_coverage(trace: Iterable[Collective],
+                      peers: Iterable[Iterable[Collective]] = ()
+                      ) -> dict[tuple[int, int], Coverage]:
+    """Per (step, microbatch): the :func:`coverage` of the backward's gradient reductions;
+    with ``peers`` (the other ranks' traces of the group), judged by contents."""
+    mine = backward_reductions(trace)
+    others = [backward_reductions(t) for t in peers]
+    if not others:
+        return {key: coverage(cs) for key, cs in mine.items()}
+    return {key: coverage(cs, _fresh(cs, [o.get(key, []) for o in others]))
+            for key, cs in mine.items()}
+
+
+def _fresh(mine: list[Collective], others: list[list[Collective]]) -> Fresh:
+    """``fresh`` for one rank's backward against its peers' same backward: a block is
+    rewritten where it is zero or its digest differs from a peer's (see the module)."""
+
+    def digest(cs: list[Collective], p: int, k: int, b: int) -> str | None:
+        if p >= len(cs):
+            return None
+        blocks = cs[p].blocks if k < 0 else cs[p].again[k][3] if k < len(cs[p].again) else ()
+        return blocks[b] if b < len(blocks) else None
+
+    def fresh(p: int, k: int, b: int) -> bool:
+        own = digest(mine, p, k, b)
+        if own is None or own in (ZERO, IN_FLIGHT, NOT_IN_PLACE):
+            return False  # zeros: a reduction leaves them, and local gradients hold them
+        theirs = [digest(o, p, k, b) for o in others]
+        return any(d is not None and d not in (IN_FLIGHT, NOT_IN_PLACE) and d != own
+                   for d in theirs)
+
+    return fresh

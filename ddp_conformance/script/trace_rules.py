@@ -126,9 +126,15 @@ def needed_by_dtype(numel_by_dtype: Mapping[str, int], params: Mapping[str, Any]
 
 def parameter_numel(params: Mapping[str, Any]) -> int:
     """Real elements of every floating parameter, those that require no gradient included:
-    what a flat buffer over the whole model (fairseq's) holds."""
-    return sum(_real_numel(p)[1] for p in params.values()
-               if str(p.dtype).removeprefix("torch.") in FLOATING)
+    what a flat buffer over the whole model (fairseq's) holds. Where some parameter is
+    complex, a flat buffer in its dtype (fairseq's buffer takes the first parameter's)
+    holds two real elements per element of every parameter, the real ones included: the
+    larger of the two counts."""
+    floating = [p for p in params.values() if str(p.dtype).removeprefix("torch.") in FLOATING]
+    real = sum(_real_numel(p)[1] for p in floating)
+    if any(p.is_complex() for p in floating):
+        return max(real, 2 * sum(p.numel() for p in floating))
+    return real
 
 
 def dtype_volume_failure(needed: Mapping[str, int], got: Mapping[str, int],
@@ -151,12 +157,18 @@ def dtype_volume_failure(needed: Mapping[str, int], got: Mapping[str, int],
 def reduced_once(cov: Coverage, needed: int, whole: int, slack: int) -> tuple[bool, bool]:
     """``(ok, reused)`` for one synced backward's reductions ``cov``: at least the
     ``needed`` elements summed, at most ``whole`` distinct elements plus ``slack``
-    (padding), no memory summed twice once the distinct memory covers what was needed.
-    ``reused``: memory summed twice by a staging buffer smaller than the gradients (its
-    distinct memory falls short of what was needed), which is not counted as twice."""
-    reused = bool(cov.twice) and cov.distinct < needed
-    twice = bool(cov.twice) and not reused
-    return needed <= cov.summed and cov.distinct <= whole + slack and not twice, reused
+    (padding) outside refilled staging buffers, unless contents show no reduction of
+    values already reduced (``cov.settled`` 0: the excess is a buffer's tail that never
+    held a gradient), no values summed twice (``cov.twice``).
+    ``reused``: memory summed again by a staging buffer refilled since (judged by
+    contents: :mod:`.summed_memory`), or, where contents cannot speak
+    (``cov.proven`` false), by one smaller than the gradients (its distinct memory falls
+    short of what was needed); neither is counted as twice."""
+    short = bool(cov.twice) and cov.distinct < needed and not cov.proven
+    reused = short or cov.restaged > 0
+    twice = bool(cov.twice) and not short
+    over = cov.distinct - cov.staging > whole + slack and cov.settled != 0
+    return needed <= cov.summed and not over and not twice, reused
 
 
 def _sized_like(params: Mapping[str, Any], elements: int) -> str:
@@ -179,6 +191,12 @@ def reduced_once_failure(cov: Coverage, needed: int, full: int, whole: int,
     if cov.summed < needed:
         return (f"reduced {cov.summed} of the {needed} gradient elements defined on some "
                 f"rank (the model has {full}; some gradients never synchronised)")
+    if cov.twice and cov.proven:
+        first = cov.twice[0]
+        return (f"reduced the same memory more than once: {first.describe()}"
+                f"{_sized_like(params, first.elements)} (it held, bitwise the same on every "
+                f"rank, what the first reduction left: values already reduced, reduced "
+                f"more than once)")
     if cov.twice and cov.distinct >= needed:
         first = cov.twice[0]
         return (f"reduced the same memory more than once: {first.describe()}"

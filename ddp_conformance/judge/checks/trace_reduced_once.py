@@ -56,7 +56,8 @@ def reduced_once(ctx: Context) -> None:
     full = reduced_numel(oracle)  # in real elements: a complex one counts as two
     whole = max(full, parameter_numel(oracle.initial_params))
     for rank, rec in sorted(ctx.records.items()):
-        covered, noted = backward_coverage(rec.trace), False
+        peers = [r.trace for k, r in sorted(ctx.records.items()) if k != rank]
+        covered, noted = backward_coverage(rec.trace, peers), False
         for step in range(len(rec.steps)):
             for mb in synced_microbatches(scenario):
                 names = defined_gradients(scenario, oracle, step, mb)
@@ -83,9 +84,10 @@ def _judge_backward(ctx: Context, where: tuple[int, int, int], cov: Coverage, ne
     place = f"step {step}, microbatch {mb}, rank {rank}"
     if reused and not noted:
         noted = True
-        ev.note(f"trace.reduced_once: {place}: a buffer of {cov.distinct} elements "
-                f"was reused for the {needed} needed (a staging buffer smaller "
-                f"than the gradients): its stale part is not counted")
+        ev.note(f"trace.reduced_once: {place}: memory reduced earlier in the backward was "
+                f"reduced again holding gradients copied in since (a staging buffer "
+                f"reused, {cov.distinct} distinct elements for the {needed} needed): its "
+                f"stale part is not counted")
     if not ok:
         why = rules.reduced_once_failure(cov, needed, full, whole, oracle.initial_params)
         ev.fail("trace.reduced_once", f"{place}: backward {why} in {cov.calls} collective(s)",
