@@ -32,6 +32,7 @@ from ddp_conformance.catalog.scenario import Accumulate, Scenario, missing_capab
 from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
+from ddp_conformance.contract.refusal import incidental
 from ddp_conformance.ranks.records import RankRecord, StepRecord, Tensors
 from ddp_conformance.ranks.tracing import TRACER
 from ddp_conformance.script.forwards import training_loss
@@ -110,7 +111,7 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
                    device, clock, process_group, hooks)
             TRACER.phase("join", steps)  # Join's exit: shadowing and the final sync
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
-        if not scenario.may_raise:
+        if not scenario.may_raise or incidental(exc):  # a bug is no refusal: ERROR
             raise
         record.raised = f"{type(exc).__name__}: {exc}"
     finally:
@@ -140,7 +141,7 @@ def _wrap(scenario: Scenario, candidate: Candidate, rank: int, module: torch.nn.
         # engine around the optimizer (DeepSpeed, fairscale's OSS) do it, and sync, here.
         adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
-        if not scenario.may_raise:
+        if not scenario.may_raise or incidental(exc):  # a bug is no refusal: ERROR
             raise
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
     na = missing_capabilities(scenario, adapter.capabilities)
@@ -149,7 +150,7 @@ def _wrap(scenario: Scenario, candidate: Candidate, rank: int, module: torch.nn.
     try:
         _register_hooks(scenario, adapter, process_group)
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
-        if not scenario.may_raise:
+        if not scenario.may_raise or incidental(exc):  # a bug is no refusal: ERROR
             raise
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
     return adapter

@@ -1,0 +1,32 @@
+"""What counts as a refusal: a deliberate error, not a bug that happened to raise.
+
+Where a scenario expects an error (an API contract's refusal, or one at a limit of
+torch's implementation), "refused, like torch" is credited only for an exception a user
+can act on: torch's own refusals are ``RuntimeError``, ``ValueError``,
+``NotImplementedError``, ``TypeError`` or ``AssertionError`` with a message that says
+what is wrong. An exception that Python raises for a programming error in the
+candidate's own code (``'NoneType' object has no attribute 'view'`` inside a hook, a
+``KeyError`` from a lookup, an index out of range) says nothing about the misuse the
+scenario commits: it is no refusal, and the case is judged as the error it is (ERROR,
+with the rank's traceback and the candidate's file:line). A crash is never a refusal.
+"""
+from __future__ import annotations
+
+import re
+
+#: Exception types Python raises for a program's own faults, never a deliberate refusal.
+INCIDENTAL_TYPES = (AttributeError, KeyError, IndexError, NameError, UnboundLocalError,
+                    ZeroDivisionError, RecursionError)
+#: A TypeError in Python's own words about a value's type or a call's arity (a deliberate
+#: TypeError, such as torch's "cannot pickle ..." or "expected ... got ...", is a refusal).
+_PYTHON_TYPE_ERROR = re.compile(
+    r"'NoneType' object|object is not (subscriptable|callable|iterable)|"
+    r"unsupported operand type|takes \d+ positional argument|missing \d+ required|"
+    r"got an unexpected keyword argument|object of type '.*' has no len")
+
+
+def incidental(exc: BaseException) -> bool:
+    """Whether ``exc`` is a fault of the code that raised it rather than a refusal."""
+    if isinstance(exc, INCIDENTAL_TYPES):
+        return True
+    return isinstance(exc, TypeError) and bool(_PYTHON_TYPE_ERROR.search(str(exc)))
