@@ -68,6 +68,25 @@ def test_its_defects_still_fail_on_values_and_double_reducers_on_the_trace(
     assert "values already reduced" in result.failures[0].message
 
 
+def test_options_it_never_reads_make_their_misuse_and_wire_dtype_not_applicable(
+        runner: Runner) -> None:
+    """It takes DDP's options through ``**kwargs`` and passes them to no torch DDP:
+    misusing one cannot be refused (N/A, naming it), and ``mixed_precision``'s wire dtype
+    is not demanded of it (a note) while its values are judged as always."""
+    if runner.config.world_size != 2:
+        pytest.skip("one world size")
+    misuse = runner.run_case(CATALOG["surface/delay-all-reduce-without-hook-parameter"],
+                             FAIRSEQ)
+    assert misuse.verdict is Verdict.NA and "never read" in misuse.reason, misuse.reason
+    mixed = runner.run_case(CATALOG["surface/mixed-precision-fp16"], FAIRSEQ)
+    assert mixed.verdict is Verdict.PASS, [f.message for f in mixed.failures]
+    assert "oracle.grad" in mixed.checks_run and "trace.dtype" in mixed.checks_run
+    assert any("mixed_precision not applied" in n for n in mixed.notes), mixed.notes
+    # It cannot pickle itself on any group: no deliberate refusal of a subgroup copy.
+    copy = runner.run_case(CATALOG["surface/copy-on-a-subgroup"], FAIRSEQ)
+    assert copy.verdict is Verdict.ERROR and "cannot pickle" in copy.reason
+
+
 @pytest.mark.skipif(not os.environ.get("DDP_CONFORMANCE_FAIRSEQ_ALL"),
                     reason="the whole catalog: DDP_CONFORMANCE_FAIRSEQ_ALL=1")
 def test_no_fail_of_the_whole_catalog_rests_on_trace_checks_alone(runner: Runner) -> None:

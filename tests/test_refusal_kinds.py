@@ -44,7 +44,7 @@ TORCH_LIMITS = ("errors/unused-without-find-unused", "errors/output-left-out-of-
                 "real/moe-without-find-unused", "real/moe-static-graph",
                 "real/freeze-mid-run-without-find-unused",
                 "procedures/checkpoint-reentrant-find-unused", "values/late-use-default",
-                "values/late-use-static-graph")
+                "values/late-use-static-graph", "surface/copy-on-a-subgroup")
 #: API contracts: refusing is the behaviour.
 CONTRACTS = ("errors/comm-hook-registered-twice", "errors/mismatched-models")
 READ_IN_DDPS = ("values/bfloat16-beside-float32", "values/float16-first-bucket",
@@ -176,7 +176,8 @@ def test_incidental_exceptions_are_told_from_refusals() -> None:
     assert incidental(TypeError("'NoneType' object is not subscriptable"))
     assert not incidental(RuntimeError("Expected to have finished reduction in the prior "
                                        "iteration before starting a new one"))
-    assert not incidental(TypeError("cannot pickle 'TracingProcessGroup' object"))
+    assert incidental(TypeError("cannot pickle 'ProcessGroup' object"))
+    assert not incidental(TypeError("expected a dist.GradBucket, got a Tensor"))
     assert not incidental(ValueError("bucket annotation should be dist.GradBucket"))
 
 

@@ -59,6 +59,10 @@ class Adapter(ABC):
     #: What this adapter can do (:class:`~ddp_conformance.contract.capability.Capability`
     #: names); a ``Capabilities`` set may add a note on why one is missing, for the N/A reason.
     capabilities: frozenset[str] = frozenset()
+    #: The scenario's DDP options that nothing in the candidate reads (taken only through
+    #: ``**kwargs``, passed to no torch DDP: ``contract.ddp_like.unread_options``); set at
+    #: wrap. Misuse of them is N/A, and so are checks only they give a meaning to.
+    unread_options: tuple[str, ...] = ()
 
     @abstractmethod
     def set_optimizer(self, factory: OptimizerFactory) -> None:

@@ -166,6 +166,26 @@ def check_constructor(name: str, factory: Callable[..., Any]) -> None:
 
 #: The note on an option granted only because the factory takes ``**kwargs``.
 THROUGH_KWARGS = "taken only through **kwargs"
+#: An option taken only through ``**kwargs`` by a factory whose module holds no torch
+#: ``DistributedDataParallel`` to pass it to: nothing reads it.
+NEVER_READ = f"{THROUGH_KWARGS} and passed to no torch DistributedDataParallel: never read"
+
+
+def unread_options(ddp: nn.Module, capabilities: frozenset[str],
+                   options: Iterable[str]) -> tuple[str, ...]:
+    """Those of ``options`` that the candidate took only through ``**kwargs``
+    (:func:`kwargs_only_options`) when the module it returned holds no torch
+    ``DistributedDataParallel`` (itself or a submodule): no code reads them. Misusing
+    such an option cannot be refused, and checks that only the option gives a meaning
+    to cannot apply; the values are judged as always."""
+    swallowed = kwargs_only_options(capabilities, options)
+    if not swallowed:
+        return ()
+    from torch.nn.parallel import DistributedDataParallel
+
+    if any(isinstance(m, DistributedDataParallel) for m in ddp.modules()):
+        return ()
+    return tuple(swallowed)
 
 
 def _accepted_options(factory: Callable[..., Any]) -> tuple[Capabilities, bool]:
@@ -218,7 +238,9 @@ def ddp_like_candidate(name: str, factory: Callable[..., nn.Module], version: st
             kwargs["process_group"] = process_group
         if takes_device_ids and device.type == "cuda":
             kwargs["device_ids"] = [device]
-        return DDPLikeAdapter(factory(module, **kwargs), module, accepted)
+        adapter = DDPLikeAdapter(factory(module, **kwargs), module, accepted)
+        adapter.unread_options = unread_options(adapter.ddp, accepted, ddp_options)
+        return adapter
 
     is_class = inspect.isclass(factory)
     caps = accepted | (_instance_capabilities(factory) if is_class else frozenset())

@@ -17,10 +17,12 @@ import re
 #: Exception types Python raises for a program's own faults, never a deliberate refusal.
 INCIDENTAL_TYPES = (AttributeError, KeyError, IndexError, NameError, UnboundLocalError,
                     ZeroDivisionError, RecursionError)
-#: A TypeError in Python's own words about a value's type or a call's arity (a deliberate
-#: TypeError, such as torch's "cannot pickle ..." or "expected ... got ...", is a refusal).
+#: A TypeError in Python's own words about a value's type, a call's arity, or an object
+#: pickle cannot copy (a member the candidate never meant to pickle, such as its process
+#: group: it cannot pickle itself on any group); a deliberate TypeError ("expected ...,
+#: got ...") is a refusal.
 _PYTHON_TYPE_ERROR = re.compile(
-    r"'NoneType' object|object is not (subscriptable|callable|iterable)|"
+    r"'NoneType' object|object is not (subscriptable|callable|iterable)|cannot pickle '|"
     r"unsupported operand type|takes \d+ positional argument|missing \d+ required|"
     r"got an unexpected keyword argument|object of type '.*' has no len")
 

@@ -99,7 +99,8 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
 
     TRACER.phase("record")
     clock.enter("record")
-    record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers())
+    record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers(),
+                        unread_options=tuple(getattr(adapter, "unread_options", ())))
     at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
     hooks = [_snapshot_buffers_at_forward(module, at_forward)]
     steps = scenario.steps_for(group_rank)
@@ -144,7 +145,7 @@ def _wrap(scenario: Scenario, candidate: Candidate, rank: int, module: torch.nn.
         if not scenario.may_raise or incidental(exc):  # a bug is no refusal: ERROR
             raise
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
-    na = missing_capabilities(scenario, adapter.capabilities)
+    na = missing_capabilities(scenario, adapter.capabilities) or _misuse_unread(scenario, adapter)
     if na:
         return RankRecord(rank, not_applicable=na)
     try:
@@ -154,6 +155,17 @@ def _wrap(scenario: Scenario, candidate: Candidate, rank: int, module: torch.nn.
             raise
         return RankRecord(rank, raised=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
     return adapter
+
+
+def _misuse_unread(scenario: Scenario, adapter: Adapter) -> str:
+    """The N/A reason of a scenario that misuses DDP options the candidate never reads
+    (it expects their misuse refused: nothing can refuse it), or ''."""
+    unread = adapter.unread_options
+    if scenario.expect_error is None or not unread:
+        return ""
+    return (f"option{'s' if len(unread) > 1 else ''} {', '.join(unread)} never read by the "
+            f"candidate (taken only through **kwargs, passed to no torch "
+            f"DistributedDataParallel): its misuse cannot be refused")
 
 
 def _join(scenario: Scenario, adapter: Adapter) -> contextlib.AbstractContextManager[Any]:

@@ -41,6 +41,8 @@ class RankRecord:
     raised: str = ""
     #: The rank is in none of the scenario's process groups: it trained nothing.
     idle: bool = False
+    #: The scenario's DDP options nothing in the candidate reads (``Adapter.unread_options``).
+    unread_options: tuple[str, ...] = ()
     #: Every collective this rank issued, with the phase it was issued in.
     trace: list[Collective] = field(default_factory=list)
     #: Seconds this rank spent per phase of the scenario: ``wrap`` (wrap, optimizer setup,

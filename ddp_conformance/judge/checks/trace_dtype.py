@@ -23,7 +23,7 @@ HOOK_WIRE_DTYPE = {"fp16_compress": "float16", "builtin_fp16_compress": "float16
                    "fp16_compress_wrapper": "float16", "bf16_compress": "bfloat16"}
 
 
-def hook_wire_dtype(scenario: Scenario) -> str | None:
+def hook_wire_dtype(scenario: Scenario, unread: tuple[str, ...] = ()) -> str | None:
     """The wire dtype the scenario's comm hook sets, if its reductions go through the hook.
 
     Under Composer's ``forced_sync`` they do not: every microbatch runs inside ``no_sync``
@@ -33,7 +33,7 @@ def hook_wire_dtype(scenario: Scenario) -> str | None:
     if scenario.sync_strategy == SyncStrategy.FORCED_SYNC:
         return None
     mixed = scenario.ddp_options.get("mixed_precision")
-    if mixed:  # DDP's own hook: the bucket cast to reduce_dtype, else kept in param_dtype
+    if mixed and "mixed_precision" not in unread:  # DDP's own hook: the bucket cast to reduce_dtype, else kept in param_dtype
         return mixed.get("reduce_dtype") or mixed.get("param_dtype")
     return HOOK_WIRE_DTYPE.get(scenario.comm_hook or "")
 
@@ -49,7 +49,10 @@ def wire_dtype(ctx: Context) -> None:
       ``fp16_compress_hook`` casts each bucket to float16), exactly that dtype: a hook
       that is ignored is caught. Under ``mixed_precision`` likewise its ``reduce_dtype``
       (``param_dtype`` where none is given), as torch's upcast hook reduces. Not under
-      ``forced_sync``, where the hook never runs (:func:`hook_wire_dtype`).
+      ``forced_sync``, where the hook never runs (:func:`hook_wire_dtype`), nor where
+      the candidate never reads ``mixed_precision`` (``RankRecord.unread_options``: taken
+      only through ``**kwargs``, passed to no torch DDP): that part is N/A with a note,
+      and the rules below still apply.
     - Strict profile (``torch``, ``reference``, ``--strict-profile``): torch's exact wire
       dtype, the gradients' own (torch's reducer buckets per dtype and reduces each bucket
       in its dtype); in a mixed model each dtype's needed elements in that dtype.
@@ -69,7 +72,12 @@ def wire_dtype(ctx: Context) -> None:
     (:mod:`~ddp_conformance.judge.trace_blind`)."""
     if not trace_applies(ctx, "trace.dtype"):
         return
-    wire = hook_wire_dtype(ctx.scenario)
+    unread = tuple(sorted({o for rec in ctx.records.values() for o in rec.unread_options}))
+    wire = hook_wire_dtype(ctx.scenario, unread)
+    if wire != hook_wire_dtype(ctx.scenario):
+        ctx.evidence.note("trace.dtype: the wire dtype of mixed_precision not applied: the "
+                          "candidate never reads the option (taken only through **kwargs, "
+                          "passed to no torch DistributedDataParallel)")
     _each_reduction(ctx, wire)
     if not wire and len(real_counts(ctx.oracle.numel_by_dtype)) > 1 and ctx.scenario.trace_volume:
         _per_dtype_volume(ctx)
