@@ -33,7 +33,8 @@ def hook_wire_dtype(scenario: Scenario, unread: tuple[str, ...] = ()) -> str | N
     if scenario.sync_strategy == SyncStrategy.FORCED_SYNC:
         return None
     mixed = scenario.ddp_options.get("mixed_precision")
-    if mixed and "mixed_precision" not in unread:  # DDP's own hook: the bucket cast to reduce_dtype, else kept in param_dtype
+    # DDP's own hook: the bucket cast to reduce_dtype, else kept in param_dtype
+    if mixed and "mixed_precision" not in unread:
         return mixed.get("reduce_dtype") or mixed.get("param_dtype")
     return HOOK_WIRE_DTYPE.get(scenario.comm_hook or "")
 
