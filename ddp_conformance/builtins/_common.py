@@ -1,10 +1,11 @@
 """What the built-in adapters share: package checks, versions, option policies, gathering."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -92,3 +93,29 @@ def bucket_elements(module: nn.Module, bucket_cap_mb: float) -> int:
     (frameworks that size buckets in elements: DeepSpeed, fairscale)."""
     element = next((p.element_size() for p in module.parameters()), 4)
     return int(bucket_cap_mb * 2**20) // element
+
+
+@contextlib.contextmanager
+def sync_through_no_sync(no_sync: Callable[[], contextlib.AbstractContextManager[Any]],
+                         gradients: Callable[[], list[torch.Tensor]], process_group: Any,
+                         is_final_microbatch: bool, strategy: str) -> Iterator[None]:
+    """One microbatch under a Composer sync strategy, for a framework whose only
+    accumulation switch is its ``no_sync`` (``Adapter.sync_context``, as
+    ``ddp_reference.ddp_sync_context`` drives torch's DDP): ``single_auto_sync`` is
+    ``no_sync`` but for the final microbatch, ``multi_auto_sync`` syncs every one, and
+    ``forced_sync`` runs every one under ``no_sync`` and then averages, over
+    ``process_group``, the gradients the framework's optimizer steps with
+    (``gradients()``), as Composer's forced sync does with ``.grad``."""
+    if strategy == "multi_auto_sync" or (strategy == "single_auto_sync" and is_final_microbatch):
+        yield
+        return
+    try:
+        with no_sync():
+            yield
+    finally:
+        if strategy == "forced_sync" and is_final_microbatch:
+            size = dist.get_world_size(process_group)
+            with torch.no_grad():
+                for grad in gradients():
+                    dist.all_reduce(grad, group=process_group)
+                    grad.div_(size)

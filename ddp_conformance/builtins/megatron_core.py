@@ -61,6 +61,7 @@ from ddp_conformance.builtins._common import (
     honoured,
     require,
     static_capabilities,
+    sync_through_no_sync,
     unknown_options,
     version,
 )
@@ -71,7 +72,7 @@ from ddp_conformance.contract.capability import Capabilities, Capability
 NAME = "megatron-core"
 POLICY: OptionPolicy = {"bucket_cap_mb": None, "init_sync": None, "find_unused_parameters": None,
                         "broadcast_buffers": lambda v: not v}
-FEATURES = (Capability.NO_SYNC,)
+FEATURES = (Capability.NO_SYNC, Capability.SYNC_STRATEGY)
 
 
 @contextlib.contextmanager
@@ -133,6 +134,7 @@ class MegatronCoreAdapter(Adapter):
         if ddp_options.get("init_sync", True):
             self.ddp.broadcast_params()
         self.module = module
+        self.group = group
         self.optimizer: torch.optim.Optimizer | None = None
         self._synced = True
         self.capabilities = _capabilities(ddp_options)
@@ -153,12 +155,26 @@ class MegatronCoreAdapter(Adapter):
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
+        """Megatron's ``no_sync()``, and no ``finish_grad_sync()`` after a backward inside
+        it; leaving it restores the state it found (a window nested in another stays
+        unsynced: it is the outer one that ends accumulation)."""
+        outer = self._synced
         self._synced = False
         try:
             with self.ddp.no_sync():
                 yield
         finally:
-            self._synced = True
+            self._synced = outer
+
+    def sync_context(self, is_final_microbatch: bool, strategy: str
+                     ) -> contextlib.AbstractContextManager[None]:
+        """Composer's sync strategies through :meth:`no_sync`; ``forced_sync`` averages the
+        ``main_grad`` buffers the optimizer steps with."""
+        def grads() -> list[Tensor]:
+            return [p.main_grad for p in self.ddp.parameters() if hasattr(p, "main_grad")]
+
+        return sync_through_no_sync(self.no_sync, grads, self.group, is_final_microbatch,
+                                    strategy)
 
     def zero_grad(self, set_to_none: bool) -> None:
         from megatron.core.optimizer.optimizer import _zero_grad_group_helper

@@ -63,6 +63,7 @@ from ddp_conformance.builtins._common import (
     honoured,
     require,
     static_capabilities,
+    sync_through_no_sync,
     unknown_options,
     version,
 )
@@ -74,7 +75,7 @@ NAME = "torchft"
 POLICY: OptionPolicy = {"bucket_cap_mb": None, "gradient_as_bucket_view": None, "init_sync": None,
                         "find_unused_parameters": lambda v: bool(v),
                         "broadcast_buffers": lambda v: not v}
-FEATURES = (Capability.NO_SYNC,)
+FEATURES = (Capability.NO_SYNC, Capability.SYNC_STRATEGY)
 #: Every torchft wait: collectives, quorum, RPC connections, stores (a case's own deadline
 #: is the harness's; this only keeps a lost peer from blocking past it).
 TIMEOUT = timedelta(seconds=30)
@@ -134,6 +135,7 @@ class TorchftAdapter(Adapter):
                   if k not in ("find_unused_parameters", "init_sync")}
         self.ddp = DistributedDataParallel(self.manager, module, **kwargs)
         self.module = module
+        self.group = group
         self.optimizer: Any = None
         self.capabilities = honoured(POLICY, ddp_options, *FEATURES)
         close = _closer(self.manager, lighthouse, store)
@@ -164,6 +166,17 @@ class TorchftAdapter(Adapter):
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
         return self.ddp.no_sync()  # type: ignore[no-any-return]
+
+    def sync_context(self, is_final_microbatch: bool, strategy: str
+                     ) -> contextlib.AbstractContextManager[None]:
+        """Composer's sync strategies through torch's ``no_sync`` (torchft's DDP is torch's
+        with its own comm hook); ``forced_sync`` averages ``.grad`` over the scenario's
+        group, as Composer does."""
+        def grads() -> list[Tensor]:
+            return [p.grad for p in self.ddp.parameters() if p.grad is not None]
+
+        return sync_through_no_sync(self.no_sync, grads, self.group, is_final_microbatch,
+                                    strategy)
 
 
 def _state_dict_fns(ddp: nn.Module, optimizer: torch.optim.Optimizer

@@ -126,7 +126,7 @@ class ExtentBook:
                 blocks = (IN_FLIGHT,)
             else:
                 region = torch.empty(0, dtype=torch.uint8, device=storage.device)
-                region.set_(storage, a, (b - a,))
+                region.set_(storage, a, (b - a,), (1,))
                 blocks = digests(region, element)
             out.append((number, a, b, blocks))
             if seg[0] < a:
