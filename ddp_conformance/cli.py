@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_to_argparse(fuzzing, "fuzz")
     fuzzing.add_argument("--budget", default="5m", metavar="TIME",
                       help="how long to generate scenarios: 90s, 5m, 1h (default 5m)")
+    fuzzing.add_argument("--max-scenarios", type=int, default=None, metavar="N",
+                      help="generate at most N scenarios (with --budget, whichever ends "
+                           "first): the same search on any machine")
     fuzzing.add_argument("--shrink-budget", default="2m", metavar="TIME",
                       help="how long to shrink a failure (default 2m)")
     fuzzing.add_argument("--seed", type=int, default=0, metavar="N",
@@ -209,7 +212,7 @@ def fuzz(args: argparse.Namespace, out: TextIO) -> int:
             out.flush()
 
         result = Fuzzer(sessions, candidate, budget, args.seed, shrink, args.keep_going,
-                        progress=progress).run()
+                        progress=progress, max_scenarios=args.max_scenarios).run()
     write_fuzz_summary(out, result, sizes, args.ddp_report_dir)
     for finding in result.findings:
         write_finding(out, finding, candidate, args.ddp_report_dir)

@@ -173,9 +173,13 @@ class Fuzzer:
                  seed: int = 0,
                  shrink_budget_s: float = 120.0, keep_going: bool = False,
                  progress: Callable[[str], None] | None = None,
-                 verdicts: dict[tuple[str, str], Result] | None = None) -> None:
+                 verdicts: dict[tuple[str, str], Result] | None = None,
+                 max_scenarios: int | None = None) -> None:
         """``verdicts``: results already known, by (scenario id, candidate spec), shared
-        between fuzzers of one session (torch's, when several candidates are fuzzed)."""
+        between fuzzers of one session (torch's, when several candidates are fuzzed).
+        ``max_scenarios``: generate at most this many (``--max-scenarios``; with the time
+        budget, whichever ends first): a budget that means the same on any machine."""
+        self.max_scenarios = max_scenarios
         self.sessions: dict[int, Any] = (dict(session) if isinstance(session, Mapping)
                                          else {session.config.world_size: session})
         self.world_size = next(iter(self.sessions))
@@ -222,6 +226,8 @@ class Fuzzer:
         shrinking = self._shrinking_until is not None
         if now > (self._ends if self._shrinking_until is None else self._shrinking_until):
             return False  # out of budget: generate and shrink nothing more
+        if not shrinking and self._scenarios_spent():
+            return False
         if shrinking:
             self._shrink_runs += 1
         else:
@@ -246,6 +252,9 @@ class Fuzzer:
                           f"{self.shrink_budget_s:.0f}s)")
         return True
 
+    def _scenarios_spent(self) -> bool:
+        return self.max_scenarios is not None and self.run_state.ran >= self.max_scenarios
+
     def _set_aside(self, scenario: Scenario, result: Result) -> None:
         verdict = result.verdict.value
         self.run_state.set_aside[verdict] += 1
@@ -267,7 +276,7 @@ class Fuzzer:
                           phases=(Phase.generate, Phase.shrink),
                           suppress_health_check=list(HealthCheck))
         round_number = 0
-        while time.monotonic() < self._ends:
+        while time.monotonic() < self._ends and not self._scenarios_spent():
             self._shrinking_until, self._shrink_runs, self._found = None, 0, None
             rng = random.Random(self.run_state.seed * 1_000_003 + round_number)
             strategy = self.round_strategy(round_number, rng)

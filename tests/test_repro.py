@@ -295,10 +295,14 @@ def test_a_desync_reproducer_gives_up_soon_and_names_each_rank_s_collective(
     elapsed = time.monotonic() - started
     assert run.returncode != 0
     # Start-up (two interpreters importing torch, the single-process result) takes 10 to
-    # 25 s on a loaded 2-core machine; the deadline adds 5 s, Gloo's default would add 120.
-    assert elapsed < 75, (elapsed, run.stderr[-2000:])
+    # 25 s on a 2-core machine, stretched by its load (tests/deadlines.py); the deadline
+    # adds 5 s, Gloo's default would add 120.
+    assert elapsed < deadline(75), (elapsed, run.stderr[-2000:])
     collective = r"its collective #\d+ \(step \d+, microbatch \d+, \w+\): \w+\(\d+ x \w+, group of 2\)"
-    assert re.search(r"rank 0 gave up waiting in " + collective, run.stderr), run.stderr[-3000:]
+    # Which rank's deadline fires first depends on the machine's speed: the other is then
+    # ended by torchrun (SIGTERM) and says where it was waiting all the same.
+    assert re.search(r"rank 0 (gave up|was ended \(SIGTERM\)) waiting in " + collective,
+                     run.stderr), run.stderr[-3000:]
     assert re.search(r"rank 1 (gave up|was ended \(SIGTERM\)) (waiting in|after) " + collective,
                      run.stderr), run.stderr[-3000:]
 
