@@ -94,6 +94,7 @@ from ddp_conformance.ranks.messages import (
 )
 from ddp_conformance.ranks.orphans import end_marked, marker_env
 from ddp_conformance.ranks.outcome import Outcome
+from ddp_conformance.ranks.stack_watch import StackWatch
 from ddp_conformance.ranks.warmup import warm_up
 from ddp_conformance.ranks.watch import POLL_S, JobWatch
 from ddp_conformance.ranks.zygote import ForkedProcess, Zygote, zygote_or_why
@@ -414,17 +415,20 @@ class RankPool(CallsFunctions):
         watch = JobWatch({r.rank: r.flight for r in ranks}, {r.rank: r.pid for r in ranks},
                          lambda which: self._dump_stacks([ranks[i] for i in which]),
                          self.endings.hang(job)) if job.trace else None
+        # No trace (--no-trace): a hang is told from the ranks' CPU time and stacks.
+        stack_watch = None if job.trace else StackWatch(
+            {r.rank: r.pid for r in ranks}, lambda which: self._dump_stacks([ranks[i] for i in which]))
         for r in ranks:
             try:
                 send(r.conn, RunJob(job))
             except OSError:  # it died between jobs
                 state.died(r.rank, _exit_code(r), _tail(r.log), grace=False)
         while state.waiting(time.monotonic()):
-            wake = state.wake(time.monotonic(), POLL_S if watch is not None else None)
+            wake = state.wake(time.monotonic(), POLL_S)
             for conn in wait([ranks[p].conn for p in state.pending], timeout=wake):
                 self._take_answer(state, next(x for x in ranks if x.conn is conn))
             if state.pending:
-                self._next_step(state, ranks, watch)
+                self._next_step(state, ranks, watch or stack_watch)
         out = state.conclude(self.communicators)
         if watch is not None and out.status in ("crash", "raised"):
             watch.read()
@@ -432,7 +436,8 @@ class RankPool(CallsFunctions):
         collectives = watch.launched() if watch is not None else None
         self._gather_stacks(out, [ranks[i] for i in sorted(state.pending)],
                             {rank: (ranks[rank].stack, stack_marks[rank])
-                             for rank in out.exit_codes}, watch.taken if watch else {})
+                             for rank in out.exit_codes},
+                            watch.taken if watch else stack_watch.taken if stack_watch else {})
         # Stuck ranks cannot be recovered (they wait in C++): end them; the next job
         # replaces them and every other rank that left.
         ended = self._end([ranks[i] for i in state.pending])
@@ -454,7 +459,8 @@ class RankPool(CallsFunctions):
             _reap(r)  # it leaves the pool after answering
 
     @staticmethod
-    def _next_step(state: JobRun, ranks: list[_Rank], watch: JobWatch | None) -> None:
+    def _next_step(state: JobRun, ranks: list[_Rank], watch: JobWatch | StackWatch | None
+                   ) -> None:
         """Between waits: release ranks that raised if peers wait on them (the flight logs
         say so, or the grace is over: those let the job's groups go, or leave; either
         closes the connections the peers wait on); else end the grace after a raise; else
