@@ -224,3 +224,19 @@ def test_a_buffer_over_frozen_parameters_reduced_once_passes_at_every_group_size
     world.set_trace([Collective(step, 0, "backward", "allreduce", "float32", 55, 2, 4 * 55,
                                 extents=((9, 0, 4 * 55),)) for step in range(2)])
     assert "trace.reduced_once" in world.failed()  # beyond every parameter and the padding
+
+
+def test_a_sharded_candidate_may_pad_each_parameter_s_rows_to_the_group_size() -> None:
+    """FSDP2 at 3 ranks reduce-scatters a (4, 8) weight padded to 6 rows: 48 elements for
+    32, within ``group_size - 1`` rows per parameter; twice the weight is not."""
+    world = make_world(params={"w": torch.ones(4, 8)})
+    world.oracle.numel_by_dtype = {"float32": 32}
+
+    def scatter(numel: int) -> list[Collective]:
+        return [Collective(step, 0, "backward", "reduce_scatter", "float32", numel, 3,
+                           4 * numel, extents=((step + 1, 0, 4 * numel),)) for step in range(2)]
+
+    world.set_trace(scatter(48))
+    assert "trace.reduced_once" not in world.failed()
+    world.set_trace(scatter(64 + 8))  # beyond two rows of padding and the per-collective slack
+    assert "trace.reduced_once" in world.failed()

@@ -18,6 +18,7 @@ from ddp_conformance.script.trace_rules import (
     reduced_numel,
     reduced_once,
     reduced_once_failure,
+    row_padding,
     wire_offence,
     wire_rule,
 )
@@ -63,7 +64,9 @@ def _check_volume(case: Case, rank: int, trace: list[Collective], want: OracleRe
             names = defined_gradients(want.steps[step].local_grads, case.microbatches, synced, mb)
             needed = needed_by_dtype(want.numel_by_dtype, want.initial_params, names)
             cov = covered.get((step, mb), Coverage(0, 0, 0, ()))
-            ok, _ = reduced_once(cov, sum(needed.values()), whole, (group_size - 1) * cov.calls)
+            ok, _ = reduced_once(cov, sum(needed.values()), whole,
+                                 (group_size - 1) * cov.calls
+                                 + row_padding(want.initial_params, group_size))
             if not ok:
                 why = reduced_once_failure(cov, sum(needed.values()), full, whole,
                                            want.initial_params)

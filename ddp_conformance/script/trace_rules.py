@@ -124,6 +124,15 @@ def needed_by_dtype(numel_by_dtype: Mapping[str, int], params: Mapping[str, Any]
     return needed
 
 
+def row_padding(params: Mapping[str, Any], group_size: int) -> int:
+    """Real elements a sharded candidate may add by padding each parameter's first
+    dimension to a multiple of the group size (FSDP2 shards every parameter along dim 0:
+    at most ``group_size - 1`` rows of it, a row being its elements past dim 0)."""
+    rows = sum(_real_numel(p)[1] // max(1, p.shape[0]) if p.dim() else _real_numel(p)[1]
+               for p in params.values() if str(p.dtype).removeprefix("torch.") in FLOATING)
+    return (group_size - 1) * rows
+
+
 def parameter_numel(params: Mapping[str, Any]) -> int:
     """Real elements of every floating parameter, those that require no gradient included:
     what a flat buffer over the whole model (fairseq's) holds. Where some parameter is

@@ -13,7 +13,7 @@ from ddp_conformance.judge.trace_facts import (
 from ddp_conformance.judge.verdict import Figure
 from ddp_conformance.script import trace_rules as rules
 from ddp_conformance.script.summed_memory import Coverage, backward_coverage
-from ddp_conformance.script.trace_rules import parameter_numel
+from ddp_conformance.script.trace_rules import parameter_numel, row_padding
 
 
 def _volume_checked(ctx: Context) -> bool:
@@ -43,7 +43,10 @@ def reduced_once(ctx: Context) -> None:
       included (a flat buffer over every parameter, reduced whole, as fairseq's legacy
       DDP does: its padding is memory summed once, not a gradient reduced twice), plus
       ``group_size - 1`` per collective (a sharded candidate pads each collective to a
-      multiple of the group size). Twice the model through distinct buffers is caught.
+      multiple of the group size) and ``group_size - 1`` rows of every parameter (FSDP2
+      pads each parameter's dim 0 to a multiple of the group size:
+      :func:`~ddp_conformance.script.trace_rules.row_padding`). Twice the model through
+      distinct buffers is caught.
 
     Where the candidate's collectives bypassed the traced group, not applied
     (:mod:`~ddp_conformance.judge.trace_blind`). Scenarios whose comm hook compresses
@@ -63,7 +66,8 @@ def reduced_once(ctx: Context) -> None:
                 names = defined_gradients(scenario, oracle, step, mb)
                 needed = sum(needed_by_dtype(oracle, names).values())  # None: all, = full
                 cov = covered.get((step, mb), Coverage(0, 0, 0, ()))
-                slack = (scenario_group_size(rec) - 1) * cov.calls
+                size = scenario_group_size(rec)
+                slack = (size - 1) * cov.calls + row_padding(oracle.initial_params, size)
                 noted = _judge_backward(ctx, (step, mb, rank), cov, needed, full, whole, slack,
                                         noted)
 
