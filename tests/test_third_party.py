@@ -80,3 +80,23 @@ def test_shipped_expectation_applies(runner: Runner, name: str) -> None:
         pytest.skip(f"{name} is not installed")
     result = runner.run_case(_scenario(EXPECTED_FAILURE[name]), name)
     assert result.verdict is Verdict.XFAIL, result.summary_line()
+
+
+@pytest.mark.parametrize("name", ["megatron-core", "torchft"])
+def test_sync_strategies_run_through_no_sync(runner: Runner, name: str) -> None:
+    """Both adapters declare Composer's sync strategies (their no_sync is the switch)."""
+    if not _installed(name):
+        pytest.skip(f"{name} is not installed")
+    result = runner.run_case(_scenario("sync-strategy/single-auto-sync-3-microbatches"), name)
+    assert result.verdict is Verdict.PASS, result.summary_line()
+
+
+def test_megatron_s_nested_no_sync_window_stays_unsynced(runner: Runner) -> None:
+    """The adapter's no_sync restores the state it found: a window nested in another does
+    not reduce inside the outer one (what remains is megatron's buffer deviation)."""
+    if not _installed("megatron-core"):
+        pytest.skip("megatron-core is not installed")
+    result = runner.run_case(_scenario("no-sync/nested"), "megatron-core")
+    checks = {f.check for f in result.failures}
+    assert result.verdict is Verdict.XFAIL, result.summary_line()
+    assert checks and all("buffer" in c for c in checks), checks
