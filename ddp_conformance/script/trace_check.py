@@ -66,7 +66,7 @@ def _check_volume(case: Case, rank: int, trace: list[Collective], want: OracleRe
             cov = covered.get((step, mb), Coverage(0, 0, 0, ()))
             ok, _ = reduced_once(cov, sum(needed.values()), whole,
                                  (group_size - 1) * cov.calls
-                                 + row_padding(want.initial_params, group_size))
+                                 + row_padding(want.initial_params, group_size, trace))
             if not ok:
                 why = reduced_once_failure(cov, sum(needed.values()), full, whole,
                                            want.initial_params)

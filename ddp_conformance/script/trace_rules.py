@@ -124,10 +124,14 @@ def needed_by_dtype(numel_by_dtype: Mapping[str, int], params: Mapping[str, Any]
     return needed
 
 
-def row_padding(params: Mapping[str, Any], group_size: int) -> int:
+def row_padding(params: Mapping[str, Any], group_size: int,
+                trace: Iterable[Collective]) -> int:
     """Real elements a sharded candidate may add by padding each parameter's first
     dimension to a multiple of the group size (FSDP2 shards every parameter along dim 0:
-    at most ``group_size - 1`` rows of it, a row being its elements past dim 0)."""
+    at most ``group_size - 1`` rows of it, a row being its elements past dim 0); 0 where
+    ``trace`` has no reduce-scatter in a backward (nothing is sharded)."""
+    if not any("reduce_scatter" in c.kind for c in trace if c.stage == "backward"):
+        return 0
     rows = sum(_real_numel(p)[1] // max(1, p.shape[0]) if p.dim() else _real_numel(p)[1]
                for p in params.values() if str(p.dtype).removeprefix("torch.") in FLOATING)
     return (group_size - 1) * rows
@@ -135,15 +139,9 @@ def row_padding(params: Mapping[str, Any], group_size: int) -> int:
 
 def parameter_numel(params: Mapping[str, Any]) -> int:
     """Real elements of every floating parameter, those that require no gradient included:
-    what a flat buffer over the whole model (fairseq's) holds. Where some parameter is
-    complex, a flat buffer in its dtype (fairseq's buffer takes the first parameter's)
-    holds two real elements per element of every parameter, the real ones included: the
-    larger of the two counts."""
-    floating = [p for p in params.values() if str(p.dtype).removeprefix("torch.") in FLOATING]
-    real = sum(_real_numel(p)[1] for p in floating)
-    if any(p.is_complex() for p in floating):
-        return max(real, 2 * sum(p.numel() for p in floating))
-    return real
+    what a flat buffer over the whole model (fairseq's) holds."""
+    return sum(_real_numel(p)[1] for p in params.values()
+               if str(p.dtype).removeprefix("torch.") in FLOATING)
 
 
 def dtype_volume_failure(needed: Mapping[str, int], got: Mapping[str, int],

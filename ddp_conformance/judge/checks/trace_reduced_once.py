@@ -43,8 +43,9 @@ def reduced_once(ctx: Context) -> None:
       included (a flat buffer over every parameter, reduced whole, as fairseq's legacy
       DDP does: its padding is memory summed once, not a gradient reduced twice), plus
       ``group_size - 1`` per collective (a sharded candidate pads each collective to a
-      multiple of the group size) and ``group_size - 1`` rows of every parameter (FSDP2
-      pads each parameter's dim 0 to a multiple of the group size:
+      multiple of the group size) and, where the rank reduce-scatters, ``group_size - 1``
+      rows of every parameter (FSDP2 pads each parameter's dim 0 to a multiple of the
+      group size:
       :func:`~ddp_conformance.script.trace_rules.row_padding`). Twice the model through
       distinct buffers is caught.
 
@@ -67,7 +68,8 @@ def reduced_once(ctx: Context) -> None:
                 needed = sum(needed_by_dtype(oracle, names).values())  # None: all, = full
                 cov = covered.get((step, mb), Coverage(0, 0, 0, ()))
                 size = scenario_group_size(rec)
-                slack = (size - 1) * cov.calls + row_padding(oracle.initial_params, size)
+                slack = (size - 1) * cov.calls + row_padding(oracle.initial_params, size,
+                                                              rec.trace)
                 noted = _judge_backward(ctx, (step, mb, rank), cov, needed, full, whole, slack,
                                         noted)
 
