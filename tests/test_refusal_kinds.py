@@ -169,7 +169,10 @@ def test_a_bug_raising_inside_the_candidate_s_hook_is_no_refusal(runner: Runner)
 
 
 def test_incidental_exceptions_are_told_from_refusals() -> None:
-    from ddp_conformance.contract.refusal import incidental
+    from ddp_conformance.contract.refusal import CannotJudge, incidental
+
+    # An adapter saying its run is not what it claims (compiled nothing) refuses nothing.
+    assert incidental(CannotJudge("torch-compile: dynamo compiled no graph"))
 
     assert incidental(AttributeError("'NoneType' object has no attribute 'view'"))
     assert incidental(KeyError("w")) and incidental(IndexError("list index out of range"))

@@ -79,6 +79,7 @@ from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
 from ddp_conformance.contract.ddp_like import DDPLikeAdapter
+from ddp_conformance.contract.refusal import CannotJudge
 
 #: The module python-reducer DDP asks dynamo to trace into (``LEGACY_MOD_INLINELIST``).
 DDP_MODULE = "torch.nn.parallel.distributed"
@@ -317,7 +318,7 @@ class CompiledDDPAdapter(DDPLikeAdapter):
         self._forwards += 1
         if first and _count("stats", "unique_graphs") == before:
             why = _why({m for m, n in _fallbacks().items() if n > known.get(m, 0)})
-            raise RuntimeError(f"{self.variant.name}: dynamo compiled no graph in the first "
+            raise CannotJudge(f"{self.variant.name}: dynamo compiled no graph in the first "
                                f"forward, the model ran eagerly ({why or 'no reason given'})")
         return out
 

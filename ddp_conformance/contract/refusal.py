@@ -27,8 +27,15 @@ _PYTHON_TYPE_ERROR = re.compile(
     r"got an unexpected keyword argument|object of type '.*' has no len")
 
 
+class CannotJudge(RuntimeError):
+    """An adapter's own statement that the run it was asked for cannot be what it claims
+    (torch.compile that compiled no graph runs eagerly): never a refusal of the
+    scenario's misuse, so never "refused, like torch"; the case is an ERROR."""
+
+
 def incidental(exc: BaseException) -> bool:
-    """Whether ``exc`` is a fault of the code that raised it rather than a refusal."""
-    if isinstance(exc, INCIDENTAL_TYPES):
+    """Whether ``exc`` is a fault of the code that raised it, or an adapter's
+    :class:`CannotJudge`, rather than a refusal."""
+    if isinstance(exc, (*INCIDENTAL_TYPES, CannotJudge)):
         return True
     return isinstance(exc, TypeError) and bool(_PYTHON_TYPE_ERROR.search(str(exc)))
