@@ -33,6 +33,7 @@ from ddp_conformance.builtins._common import (
 from ddp_conformance.contract.adapter import Adapter, OptimizerFactory
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
+from ddp_conformance.contract.refusal import Unsupported
 
 NAME = "accelerate"
 POLICY: OptionPolicy = {o: None for o in (
@@ -49,7 +50,7 @@ class AccelerateAdapter(Adapter):
         from accelerate.utils import DistributedDataParallelKwargs
 
         if process_group not in (None, dist.group.WORLD):
-            raise NotImplementedError("Accelerate wraps with the default process group only")
+            raise Unsupported("Accelerate wraps with the default process group only")
         set_launcher_env(device, LOCAL_WORLD_SIZE=str(dist.get_world_size()),
                          MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS=str(torch.get_num_threads()))
         AcceleratorState._reset_state(True)

@@ -66,6 +66,7 @@ from ddp_conformance.builtins._common import (
 from ddp_conformance.contract.adapter import Adapter, OptimizerFactory, dense
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
+from ddp_conformance.contract.refusal import Unsupported
 from ddp_conformance.errors import UsageError
 
 #: A build lock older than this was left by a killed build: no build takes this long here.
@@ -108,7 +109,7 @@ class DeepSpeedAdapter(Adapter):
     def __init__(self, stage: int, module: nn.Module, process_group: Any, device: torch.device,
                  **ddp_options: Any) -> None:
         if process_group not in (None, dist.group.WORLD):
-            raise NotImplementedError("DeepSpeed data parallelism spans the world group only")
+            raise Unsupported("DeepSpeed data parallelism spans the world group only")
         self.stage = stage
         self.module = module
         self.device = device

@@ -27,6 +27,12 @@ _PYTHON_TYPE_ERROR = re.compile(
     r"got an unexpected keyword argument|object of type '.*' has no len")
 
 
+class Unsupported(NotImplementedError):
+    """An adapter cannot run what the scenario asks of its framework (one that takes no
+    process group, on a subgroup): the case is N/A with this message, as for a missing
+    capability, never an ERROR of the framework nor a refusal."""
+
+
 class CannotJudge(RuntimeError):
     """An adapter's own statement that the run it was asked for cannot be what it claims
     (torch.compile that compiled no graph runs eagerly): never a refusal of the

@@ -32,7 +32,7 @@ from ddp_conformance.catalog.scenario import Accumulate, Scenario, missing_capab
 from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
-from ddp_conformance.contract.refusal import incidental
+from ddp_conformance.contract.refusal import Unsupported, incidental
 from ddp_conformance.ranks.records import RankRecord, StepRecord, Tensors
 from ddp_conformance.ranks.tracing import TRACER
 from ddp_conformance.script.forwards import training_loss
@@ -141,6 +141,8 @@ def _wrap(scenario: Scenario, candidate: Candidate, rank: int, module: torch.nn.
         # Right after wrapping, before anything is read: frameworks that build their
         # engine around the optimizer (DeepSpeed, fairscale's OSS) do it, and sync, here.
         adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
+    except Unsupported as exc:  # the adapter cannot run this: N/A, as a missing capability
+        return RankRecord(rank, not_applicable=f"the candidate cannot run this: {exc}")
     except Exception as exc:  # noqa: BLE001 - only where the scenario expects an error
         if not scenario.may_raise or incidental(exc):  # a bug is no refusal: ERROR
             raise
