@@ -40,8 +40,10 @@ def coverage_dir(world_size: int, base: Path = COVERAGE_DIR) -> Path:
 
 
 def measure_coverage(world_size: int, slow: bool = False) -> int:
-    """The catalog on torch's DDP with per-case coverage of every target."""
+    """The catalog on torch's DDP, in both reducer modes, with per-case coverage of every
+    target (the Python reducer's lines run only under ``torch-python-reducer``)."""
     command = [sys.executable, "-m", "ddp_conformance", "run", "--candidate", "torch",
+               "--candidate", "torch-python-reducer",
                "--world-size", str(world_size), "--strict-profile",
                "--report-dir", str(coverage_dir(world_size)), *(["--slow"] if slow else [])]
     for target in pop.TARGETS.values():

@@ -35,6 +35,19 @@ Rank 4 is exact where every gradient matrix has rank <= 4, as with one sample pe
 up to 4 ranks, so the oracle's tolerance stays that of rounding (rtol 1e-4, as for the
 full-rank scenario). Its Gram-Schmidt path (ranks up to 2) is not judged: on gradients of
 exactly its rank it loses orthogonality (measured: 0.1 relative error on torch itself).
+
+``gaps/one-buffer``: DDP syncs buffers in forward when the module has any
+(``len(buffers) > 0``); every model of the catalog whose buffers drift per rank has two or
+more, so "more than one" passed them. ``one_buffer`` has exactly one, a running mean of
+per-rank data.
+
+``gaps/default-bucket-cap``: the default ``bucket_cap_mb`` is 25 (MiB). The catalog's other
+models have far fewer gradients than a bucket, so a default of 24 gave the same layout.
+Width 1792 and depth 4 (three 1792x1792 weights) give, in the layout DDP rebuilds after the
+first step, a first bucket closed by the last weight, then two weights and their biases of
+24.5 MiB: under a cap of 25 the input layer joins their bucket, under 24 it starts a new
+one. Two steps, so that the rebuilt layout is traced; its checks take seconds: it runs with
+``--slow``.
 """
 from ddp_conformance import Scenario
 from ddp_conformance.catalog.rules import with_rules
@@ -69,6 +82,13 @@ SCENARIOS = [
              ddp_options={"find_unused_parameters": True}, slow=True,
              description="find_unused_parameters with the default cap and 1.1 MiB of "
                          "gradients: a 1 MiB first bucket, then 25 MiB ones"),
+    Scenario("gaps/one-buffer", "one_buffer", steps=3, min_world_size=2,
+             description="a model with exactly one buffer, a running mean of per-rank data: "
+                         "rank 0's is broadcast in every forward"),
+    Scenario("gaps/default-bucket-cap", "mlp", model_kwargs={"width": 1792, "depth": 4},
+             steps=2, slow=True,
+             description="the default bucket cap with 24.6 MiB of gradients after the first "
+                         "bucket: one bucket of 25 MiB holds them all"),
 ]
 
 #: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
@@ -96,5 +116,11 @@ RULES = {
         'With find_unused_parameters and the default bucket_cap_mb, DDP starts with a '
         'first bucket of 1 MiB (the gradients ready first launch early) and buckets of '
         '25 MiB after it, until the layout is rebuilt.',
+    'gaps/one-buffer':
+        'With broadcast_buffers (the default) DDP broadcasts the buffers of rank 0 before '
+        'every training forward whenever the module has buffers, one as well as many.',
+    'gaps/default-bucket-cap':
+        'Without bucket_cap_mb, DDP fills buckets of 25 MiB after the first bucket: '
+        'gradients of up to 25 MiB in all share one bucket.',
 }
 SCENARIOS = with_rules(SCENARIOS, RULES)

@@ -2,7 +2,10 @@
 
 ``benchmarks.mutation.live:distributed/AddNot/17`` is torch's DDP with that one mutation
 (:mod:`benchmarks.mutation.install`); ``benchmarks.mutation.live:identity`` is torch's DDP
-built the same way without one (the control: it passes what torch passes). Resolving a spec
+built the same way without one (the control: it passes what torch passes);
+``<mutant id>@python-reducer`` is the mutant built in python-reducer mode, as the built-in
+``torch-python-reducer`` candidate builds torch's DDP (the only way a mutant of the Python
+reducer's lines runs). Resolving a spec
 executes nothing of the mutant (the pool's zygote resolves every candidate): the mutated
 module is built at the candidate's first ``wrap``, in a rank. Run from the repository root,
 which the harness puts on the import path.
@@ -21,8 +24,18 @@ from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.ddp_like import DDPLikeAdapter, ddp_like_candidate
 
+#: The suffix of a mutant's spec in python-reducer mode.
+PYTHON_REDUCER = "@python-reducer"
 
-def candidate(mutant_id: str) -> Candidate:
+
+def candidate(spec: str) -> Candidate:
+    """The candidate of ``spec`` (a mutant id, with :data:`PYTHON_REDUCER` or not)."""
+    if spec.endswith(PYTHON_REDUCER):
+        return python_reducer_candidate(spec.removesuffix(PYTHON_REDUCER))
+    return cpp_reducer_candidate(spec)
+
+
+def cpp_reducer_candidate(mutant_id: str) -> Candidate:
     """The candidate of ``mutant_id``: torch's DDP's capabilities and constructor (the
     mutated class has the same), a ``wrap`` that builds the mutant in the rank."""
     from torch.nn.parallel import DistributedDataParallel
@@ -43,6 +56,31 @@ def candidate(mutant_id: str) -> Candidate:
     base = ddp_like_candidate(name, DistributedDataParallel, torch.__version__,
                               f"torch's DDP with the mutation {mutant_id}")
     return dataclasses.replace(base, wrap=wrap)
+
+
+def python_reducer_candidate(mutant_id: str) -> Candidate:
+    """``mutant_id`` built in python-reducer mode: the capabilities, options and wrapping
+    of the built-in ``torch-python-reducer`` candidate, with the mutant's DDP class."""
+    from ddp_conformance.builtins import torch_python_reducer as pr
+    from ddp_conformance.builtins._common import honoured
+
+    if mutant_id != IDENTITY:
+        parse_id(mutant_id)
+
+    def wrap(module: torch.nn.Module, process_group: object, device: torch.device,
+             **ddp_options: object) -> Adapter:
+        from benchmarks.mutation.install import ddp_class
+
+        kwargs: dict[str, Any] = dict(ddp_options, process_group=process_group)
+        ddp = pr.python_reducer_ddp(module, ddp_class=ddp_class(mutant_id), **kwargs)
+        adapter = DDPLikeAdapter(ddp, module, frozenset())
+        adapter.capabilities = honoured(pr.POLICY, ddp_options, *pr.FEATURES)
+        return adapter
+
+    base = pr.candidate()
+    return dataclasses.replace(
+        base, name=f"mutant {mutant_id}{PYTHON_REDUCER}", wrap=wrap, expectations=None,
+        description=f"torch's DDP with the mutation {mutant_id}, in python-reducer mode")
 
 
 class _MutantJoinAdapter(DDPLikeAdapter):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.mutation.population import IDENTITY, ROOT, Mutant
-from benchmarks.mutation.select import Reach
+from benchmarks.mutation.select import PR_MARK, Reach
 
 KILLING = ("FAIL", "ERROR", "CRASH", "TIMEOUT")
 DETECTED = ("killed", "timeout")
@@ -130,7 +130,8 @@ class Hunt:
 
         catalog = {s.id: s for s in load_catalog()}
         reach = self.reaches[world_size]
-        config = RunConfig(candidates=[SPEC + m.id for m in mutants], world_size=world_size,
+        specs = [SPEC + m.id + mode for m in mutants for mode in ("", PR_MARK)]
+        config = RunConfig(candidates=specs, world_size=world_size,
                            timeout_s=self.timeout_s, strict_profile=True, slow=self.slow)
         survivors = []
         with Runner(config) as runner:
@@ -151,7 +152,8 @@ class Hunt:
         tried = []
         for sid in self.order(scenarios):
             tried.append(sid)
-            result = runner.run_case(catalog[sid], SPEC + mutant.id)
+            scenario, mode = sid.removesuffix(PR_MARK), PR_MARK if sid.endswith(PR_MARK) else ""
+            result = runner.run_case(catalog[scenario], SPEC + mutant.id + mode)
             if result.verdict.name in KILLING:
                 self.kills[sid] += 1
                 status = "timeout" if result.verdict.name == "TIMEOUT" else "killed"
@@ -219,7 +221,8 @@ def control(hunt: Hunt) -> None:
 
 
 class _Everything:
-    """A reach that gives every scenario torch passes (for the control)."""
+    """A reach that gives every scenario torch passes, in either reducer mode (for the
+    control)."""
 
     def __init__(self, reach: Reach) -> None:
         self.reach = reach

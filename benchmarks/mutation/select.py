@@ -9,6 +9,12 @@ imported (the empty context: ``def``/``class`` statements, module constants) is 
 every scenario; a line no ``[torch]`` case ran is **not reached** and its mutant is not run.
 Only scenarios torch's DDP passes are kept (a scenario torch fails, an expected failure of
 torch's, cannot tell a mutant from torch), ordered cheapest first (their time in the run).
+
+The coverage run also runs torch's DDP in python-reducer mode (``torch-python-reducer``):
+a scenario whose ``[torch-python-reducer]`` case ran a mutant's lines, and which that
+candidate passes, is listed as ``<scenario id>@python-reducer`` and runs the mutant in that
+mode (:data:`benchmarks.mutation.live.PYTHON_REDUCER`). A line run at import reaches the
+C++-reducer runs only (as before python-reducer mode was measured).
 """
 from __future__ import annotations
 
@@ -21,6 +27,11 @@ from pathlib import Path
 from benchmarks.mutation.population import TARGETS, Mutant
 
 SUFFIX = "[torch]"
+#: The python-reducer run's context suffix, and the mark of its scenarios in a Reach.
+PR_SUFFIX = "[torch-python-reducer]"
+PR_MARK = "@python-reducer"
+#: The candidate name of each mode in the coverage run's results.
+CANDIDATES = {"torch": "", "torch-python-reducer": PR_MARK}
 
 
 @dataclass
@@ -44,12 +55,14 @@ class Reach:
         for key, target in TARGETS.items():
             measured = by_file.get(str(target.file.resolve()))
             contexts = data.contexts_by_lineno(measured) if measured else {}
-            lines[key] = {n: {_scenario(c) for c in cs if c == "" or c.endswith(SUFFIX)}
+            lines[key] = {n: {_scenario(c) for c in cs
+                              if c == "" or c.endswith(SUFFIX) or c.endswith(PR_SUFFIX)}
                           for n, cs in contexts.items()}
         passed = {}
         for row in map(json.loads, (report_dir / "results.jsonl").read_text().splitlines()):
-            if row.get("type") == "result" and row.get("verdict") == "PASS":
-                passed[row["scenario"]] = float(row["duration_s"])
+            mark = CANDIDATES.get(row.get("candidate", ""))
+            if row.get("type") == "result" and row.get("verdict") == "PASS" and mark is not None:
+                passed[row["scenario"] + mark] = float(row["duration_s"])
         return cls(world_size, lines, passed)
 
     def scenarios(self, mutant: Mutant) -> list[str] | None:
@@ -66,7 +79,8 @@ class Reach:
                 runs |= self.lines[mutant.target].get(line, set()) - {""}
         if not runs:
             return None
-        chosen = set(self.passed) if "" in runs else runs & set(self.passed)
+        everything = {s for s in self.passed if not s.endswith(PR_MARK)}
+        chosen = everything if "" in runs else runs & set(self.passed)
         return sorted(chosen, key=lambda s: (self.passed[s], s))
 
 
@@ -96,4 +110,6 @@ def enclosing_function(target: str, line: int) -> range:
 
 
 def _scenario(context: str) -> str:
+    if context.endswith(PR_SUFFIX):
+        return context.removesuffix(PR_SUFFIX) + PR_MARK
     return context.removesuffix(SUFFIX)

@@ -40,15 +40,17 @@ POLICY: OptionPolicy = {
 FEATURES = (Capability.NO_SYNC,)
 
 
-def python_reducer_ddp(module: nn.Module, **kwargs: Any) -> nn.Module:
-    """``DistributedDataParallel(module, **kwargs)`` built in python-reducer mode."""
+def python_reducer_ddp(module: nn.Module, ddp_class: type[nn.Module] | None = None,
+                       **kwargs: Any) -> nn.Module:
+    """``DistributedDataParallel(module, **kwargs)`` built in python-reducer mode
+    (``ddp_class``: a class of the same constructor to build instead, such as a mutant's)."""
     import torch._dynamo.config as dynamo_config
     from torch.nn.parallel import DistributedDataParallel
 
     saved = dynamo_config.optimize_ddp
     dynamo_config.optimize_ddp = "python_reducer"
     try:
-        ddp = DistributedDataParallel(module, **kwargs)
+        ddp = (ddp_class or DistributedDataParallel)(module, **kwargs)
     finally:
         dynamo_config.optimize_ddp = saved
     if not getattr(ddp, "_use_python_reducer", False):

@@ -342,3 +342,30 @@ class BuffersReplaced(nn.Module):
 
 register(ModelSpec("buffers_replaced", BuffersReplaced, _shifted_batch, mse,
                    "buffers reassigned to new tensors in forward (running mean, counter)"))
+
+
+# --- exactly one buffer, drifting per rank ----------------------------------------------------
+
+
+class OneBuffer(nn.Module):
+    """A single buffer, ``mean``: an exponential average of the input, updated in place in
+    every training forward and subtracted from the input. The per-rank data of
+    ``_shifted_batch`` make it drift apart between ranks, so only DDP's forward buffer sync
+    (the module has one buffer: ``len(buffers) > 0``) keeps the ranks on one trajectory."""
+
+    mean: Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.register_buffer("mean", torch.zeros(8))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training:
+            with torch.no_grad():
+                self.mean.mul_(0.5).add_(x.mean(0), alpha=0.5)
+        return self.fc(x - self.mean)
+
+
+register(ModelSpec("one_buffer", OneBuffer, _shifted_batch, mse,
+                   "one buffer only: a running mean of the input, updated in place"))
