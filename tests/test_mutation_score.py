@@ -113,3 +113,31 @@ def test_a_rank_labels_what_it_covers_with_its_case() -> None:
 
 def _covered_line() -> int:
     return 1
+
+
+def test_a_python_reducer_spec_takes_the_python_reducer_candidates_capabilities() -> None:
+    from ddp_conformance.contract.registry import resolve_candidate
+
+    install._BUILT.clear()
+    python_reducer = resolve_candidate("torch-python-reducer")
+    mutant = resolve_candidate(
+        "benchmarks.mutation.live:distributed/ReplaceBinaryOperator_Div_Mul/0@python-reducer")
+    assert mutant.capabilities == python_reducer.capabilities
+    assert mutant.capabilities != resolve_candidate("torch").capabilities
+    assert mutant.name.endswith("@python-reducer")
+    assert not install._BUILT
+
+
+def test_python_reducer_cases_reach_a_mutant_in_that_mode() -> None:
+    """A line only a ``[torch-python-reducer]`` case ran is reached in python-reducer mode
+    only; a line run at import, by the C++-reducer runs only."""
+    from benchmarks.mutation.population import Mutant
+    from benchmarks.mutation.select import Reach, _scenario
+
+    assert _scenario("a/b[torch-python-reducer]") == "a/b@python-reducer"
+    assert _scenario("a/b[torch]") == "a/b"
+    reach = Reach(2, {"distributed": {10: {"a/b@python-reducer"}, 20: {""}}},
+                  {"a/b": 1.0, "a/b@python-reducer": 2.0, "c/d": 0.5})
+    at = functools.partial(Mutant, "m", "distributed", "AddNot", 0)
+    assert reach.scenarios(at(10, 10, 10)) == ["a/b@python-reducer"]
+    assert reach.scenarios(at(20, 20, 20)) == ["c/d", "a/b"]

@@ -196,7 +196,9 @@ Measured on {size} mutants in {minutes:.0f} minutes of mutant runs on a 2-core m
 shared with other work. Before: every mutant at 2 ranks; {ws_before} (a survivor argued
 equivalent or out of reach is not run at 3 ranks: it does not count whatever happens
 there). After: the mutants classified as gaps with a fix, measured again (at 2 ranks, then
-at 3 for what survives); {ws_after}.
+at 3 for what survives), and then every mutant still undetected measured again against the
+whole catalog of the day (the bug-history scenarios included), with the coverage of both
+reducer modes; {ws_after}.
 
 What is not judged, stated once: warnings, log records and the statistics PowerSGD keeps
 for its log (`compression_stats()`) are not DDP semantics, so a mutant that only changes
@@ -214,6 +216,8 @@ nice -n 10 python benchmarks/mutation_score.py --run      # results/baseline.jso
 # ... classify the survivors (verdicts.toml), add scenarios and checks, then:
 python benchmarks/mutation_score.py --measure-coverage --slow   # the new scenarios' coverage
 nice -n 10 python benchmarks/mutation_score.py --run --results after --gaps --slow
+# ... then the mutants still undetected, their lines dropped from results/after.jsonl:
+nice -n 10 python benchmarks/mutation_score.py --run --results after --slow --only ID...
 python benchmarks/mutation_score.py --docs                # this page
 ```
 
@@ -232,7 +236,14 @@ ddp-conformance run --candidate 'benchmarks.mutation.live:distributed/ReplaceCom
 Per mutant: the scenarios that run its lines, from coverage measured once with one
 coverage context per case (`--coverage` labels what each rank executes with its case,
 `scenario-id[candidate]`); a line run only at import (a `def`, a module constant) is run by
-every scenario. Only scenarios torch's DDP passes count (a scenario torch itself fails
+every scenario. The coverage run runs torch's DDP in both reducer modes: `torch`, and
+`torch-python-reducer` (the Python reducer, `optimize_ddp="python_reducer"`, whose lines
+the C++ reducer's runs never execute). Where a `[torch-python-reducer]` case ran a mutant's
+lines, the mutant runs that scenario in python-reducer mode, as
+`benchmarks.mutation.live:<mutant id>@python-reducer` (the mutant's DDP class built as the
+built-in `torch-python-reducer` builds torch's, with that candidate's capabilities); a line
+run only at import reaches the C++-reducer runs only. Only scenarios torch's DDP passes (in
+that mode) count (a scenario torch itself fails
 cannot tell a mutant from torch). They run with `-x` semantics, those that killed most
 mutants so far first, then the cheapest; at 2 ranks, then, for the survivors, at 3. The
 candidates are held to the strict profile (torch's bucket layout and wire dtype), as torch
