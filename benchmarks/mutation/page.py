@@ -198,7 +198,8 @@ equivalent or out of reach is not run at 3 ranks: it does not count whatever hap
 there). After: the mutants classified as gaps with a fix, measured again (at 2 ranks, then
 at 3 for what survives), and then every mutant still undetected measured again against the
 whole catalog of the day (the bug-history scenarios included), with the coverage of both
-reducer modes; {ws_after}.
+reducer modes at 2 ranks (at 3 ranks, the earlier coverage: the C++ reducer's, before the
+bug-history scenarios; `--coverage-dir` names such a mix); {ws_after}.
 
 What is not judged, stated once: warnings, log records and the statistics PowerSGD keeps
 for its log (`compression_stats()`) are not DDP semantics, so a mutant that only changes
