@@ -41,6 +41,11 @@ exactly its rank it loses orthogonality (measured: 0.1 relative error on torch i
 more, so "more than one" passed them. ``one_buffer`` has exactly one, a running mean of
 per-rank data.
 
+``gaps/powersgd-from-start``: PowerSGDState refuses ``start_powerSGD_iter <= 1`` with error
+feedback or warm start, and only then; every other PowerSGD scenario keeps error feedback,
+so a check that refuses the options without them passed. Rank 4 on gradients of rank <= 4
+is exact up to rounding, as for gaps/powersgd-warm-start.
+
 ``gaps/default-bucket-cap``: the default ``bucket_cap_mb`` is 25 (MiB). The catalog's other
 models have far fewer gradients than a bucket, so a default of 24 gave the same layout.
 Width 1792 and depth 4 (three 1792x1792 weights) give, in the layout DDP rebuilds after the
@@ -85,6 +90,11 @@ SCENARIOS = [
     Scenario("gaps/one-buffer", "one_buffer", steps=3, min_world_size=2,
              description="a model with exactly one buffer, a running mean of per-rank data: "
                          "rank 0's is broadcast in every forward"),
+    Scenario("gaps/powersgd-from-start", "mlp", model_kwargs={"width": 32, "depth": 3},
+             batch_size=1, steps=3, comm_hook="powersgd_from_start", rtol=1e-4,
+             trace_volume=False,
+             description="PowerSGD at rank 4 from the first step, without error feedback or "
+                         "warm start, on gradients of rank <= 4"),
     Scenario("gaps/default-bucket-cap", "mlp", model_kwargs={"width": 1792, "depth": 4},
              steps=2, slow=True,
              description="the default bucket cap with 24.6 MiB of gradients after the first "
@@ -119,6 +129,10 @@ RULES = {
     'gaps/one-buffer':
         'With broadcast_buffers (the default) DDP broadcasts the buffers of rank 0 before '
         'every training forward whenever the module has buffers, one as well as many.',
+    'gaps/powersgd-from-start':
+        'PowerSGD may compress from the first step (start_powerSGD_iter=1) when it keeps '
+        'no error feedback and no warm start: on gradients of at most its rank it gives '
+        'the average up to rounding.',
     'gaps/default-bucket-cap':
         'Without bucket_cap_mb, DDP fills buckets of 25 MiB after the first bucket: '
         'gradients of up to 25 MiB in all share one bucket.',

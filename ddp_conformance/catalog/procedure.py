@@ -267,6 +267,18 @@ def _powersgd_warm_start(process_group: Any) -> tuple[Any, Any]:
     return state, powerSGD_hook.powerSGD_hook
 
 
+def _powersgd_from_start(process_group: Any) -> tuple[Any, Any]:
+    """PowerSGD at rank 4 from the first step (``start_powerSGD_iter=1``), which torch
+    allows only without error feedback and warm start: exact on gradients of rank <= 4, as
+    :func:`_powersgd_warm_start`."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    state = powerSGD_hook.PowerSGDState(
+        process_group=process_group, matrix_approximation_rank=4, start_powerSGD_iter=1,
+        use_error_feedback=False, warm_start=False, random_seed=0)
+    return state, powerSGD_hook.powerSGD_hook
+
+
 def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
     """(state, hook) of one of torch's comm hooks, by name; for the ``builtin_`` ones,
     ``(None, dist.BuiltinCommHookType.X)`` (``_register_builtin_comm_hook`` takes the type)."""
@@ -301,6 +313,8 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
         return state, powerSGD_hook.batched_powerSGD_hook
     if name == "powersgd_warm_start":
         return _powersgd_warm_start(process_group)
+    if name == "powersgd_from_start":
+        return _powersgd_from_start(process_group)
     if name == "noop":
         return None, debugging_hooks.noop_hook
     if name == "bf16_compress":

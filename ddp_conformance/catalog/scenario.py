@@ -100,6 +100,9 @@ class CommHook(StringEnum):
     #: PowerSGD at rank 4 with torch's defaults: small tensors left uncompressed, Q kept
     #: from the previous step (warm start), tensors of one shape batched.
     POWERSGD_WARM_START = "powersgd_warm_start"
+    #: PowerSGD at rank 4 compressing from the first step, without error feedback or warm
+    #: start (the configuration in which ``start_powerSGD_iter=1`` is allowed).
+    POWERSGD_FROM_START = "powersgd_from_start"
     #: PowerSGD over the whole bucket as one square matrix (``batched_powerSGD_hook``).
     BATCHED_POWERSGD = "batched_powersgd"
     #: ``post_localSGD_hook`` whose local subgroup is the whole DDP group: a global
