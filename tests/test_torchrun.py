@@ -54,5 +54,7 @@ def test_two_nodes_on_localhost(tmp_path: object) -> None:
     with open(os.path.join(report, "results.jsonl")) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     cases = [r for r in lines if "verdict" in r]
-    assert cases and all(r["verdict"] == "PASS" for r in cases), cases
+    # Scenarios the -k expression takes that need more ranks than two are N/A.
+    assert cases and {r["verdict"] for r in cases} <= {"PASS", "N/A"}, cases
+    assert any(r["verdict"] == "PASS" for r in cases), cases
     assert "2 PASS" in leader[0] or "PASS" in leader[0]

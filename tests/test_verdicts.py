@@ -1,6 +1,8 @@
 """Each kind of broken DDP gets its verdict, with evidence naming the rank and the check."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ddp_conformance.catalog.loader import load_catalog
@@ -129,7 +131,8 @@ def test_a_rank_exiting_mid_step_is_a_crash_naming_it(runner: Runner) -> None:
 def test_a_rank_killed_by_a_signal_is_a_crash_with_its_python_stack(runner: Runner) -> None:
     result = runner.run_case(scenario("gradients/mlp-adam"), DEFECTIVE + "SegfaultsMidStep")
     assert result.verdict is Verdict.CRASH
-    assert result.reason == "rank 1 died with signal SIGSEGV (11)"
+    # The signal first; then where the candidate was (its own file:line) and the rank's last words.
+    assert result.reason.startswith("rank 1 died with signal SIGSEGV (11) at tests/defective.py:")
     # faulthandler's dump at the fatal signal: where in the candidate the rank died.
     assert "Fatal Python error: Segmentation fault" in result.stacks[1]
     assert "defective.py" in result.stacks[1] and "in forward" in result.stacks[1]
@@ -139,7 +142,9 @@ def test_a_rank_killed_by_a_signal_is_a_crash_with_its_python_stack(runner: Runn
 def test_a_rank_raising_is_an_error_with_its_traceback(runner: Runner) -> None:
     result = runner.run_case(scenario("gradients/mlp-adam"), DEFECTIVE + "RaisesOnRank1")
     assert result.verdict is Verdict.ERROR
-    assert result.reason == "rank 1 raised RuntimeError: defective candidate: rank 1 gives up"
+    # What it raised, then where in the candidate's own code.
+    assert re.fullmatch(r"rank 1 raised RuntimeError: defective candidate: rank 1 gives up "
+                        r"at tests/defective\.py:\d+ in fail", result.reason), result.reason
     assert "defective.py" in result.tracebacks[1]
     assert result.duration_s < 6.0, "rank 0 must be released, not left to the Gloo timeout"
 
