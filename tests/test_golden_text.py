@@ -345,8 +345,8 @@ join/uneven-throw-with-unused-and-static-graph-long-id  2 or 4      option:bucke
         self.assertExpectedInline(text, """\
 usage: ddp-conformance fuzz [-h] [--candidate SPEC] [--backend NAME] [--device DEV]
                             [--world-size N] [--timeout S] [--allow-oversubscribe]
-                            [--report-dir DIR] [--budget TIME] [--shrink-budget TIME] [--seed N]
-                            [--keep-going]
+                            [--report-dir DIR] [--budget TIME] [--max-scenarios N]
+                            [--shrink-budget TIME] [--seed N] [--keep-going]
 
 options:
   -h, --help            show this help message and exit
@@ -373,6 +373,8 @@ options:
                         aside to DIR/fuzz-set-aside.txt, hypothesis's files to DIR/.hypothesis
                         (default reports/)
   --budget TIME         how long to generate scenarios: 90s, 5m, 1h (default 5m)
+  --max-scenarios N     generate at most N scenarios (with --budget, whichever ends first): the
+                        same search on any machine
   --shrink-budget TIME  how long to shrink a failure (default 2m)
   --seed N              the same seed generates the same scenarios (default 0)
   --keep-going          after a finding, shrink it and go on looking for others until the budget

@@ -46,15 +46,15 @@ ZERO, IN_FLIGHT, NOT_IN_PLACE = "0", "~", "?"
 #: The reductions that leave their result, the same on every rank, in the memory summed.
 IN_PLACE = frozenset({"allreduce", "allreduce_coalesced"})
 #: At most this many blocks per :data:`Again` entry (a block is whole elements).
-BLOCKS = 64
+DIGEST_BLOCKS = 64
 
 
 def digests(region: torch.Tensor | bytes, element: int) -> tuple[str, ...]:
     """Block digests of ``region`` (a uint8 tensor, or bytes): :data:`ZERO` for zero
     bytes, else 8 hex digits of BLAKE2b; blocks are whole ``element``-byte elements, at
-    most :data:`BLOCKS` of them."""
+    most :data:`DIGEST_BLOCKS` of them."""
     data = region if isinstance(region, bytes) else region.detach().cpu().numpy().tobytes()
-    per = max(1, -(-len(data) // (BLOCKS * element))) * element
+    per = max(1, -(-len(data) // (DIGEST_BLOCKS * element))) * element
     out = []
     for at in range(0, len(data), per):
         block = data[at:at + per]
