@@ -182,11 +182,12 @@ class FlightRecorder:
             self._completed(ident, False)
 
     def _completed(self, ident: int, error: bool) -> None:
+        # The line first: once settle() returns, every completion is in the file.
+        self._write(f"D {ident} {int(error)}\n")
         with self._lock:
             self._pending.discard(ident)
             if not self._pending:
                 self._settled.notify_all()
-        self._write(f"D {ident} {int(error)}\n")
 
     def pending(self) -> int:
         """How many collectives this rank launched that have not completed."""
