@@ -57,6 +57,23 @@ def test_fingerprint_puts_back_what_it_can() -> None:
     assert not fp.check(), "a second check finds nothing: the state was put back"
 
 
+def test_fingerprint_ends_only_the_processes_started_after_it() -> None:
+    """A process that fingerprints itself (this test's) keeps the children it had: the
+    check ends what the job started, not a session's rank pools."""
+    before = subprocess.Popen(["sleep", "300"])
+    try:
+        fp = Fingerprint()
+        after = subprocess.Popen(["sleep", "301"])
+        found = fp.check()
+        assert len(found.ended) == 1 and "sleep 301" in found.ended[0], found
+        with pytest.raises(ProcessLookupError):  # ended and reaped
+            os.kill(after.pid, 0)
+        assert before.poll() is None, "a child from before the fingerprint was ended"
+    finally:
+        before.kill()
+        before.wait()
+
+
 def test_fingerprint_retires_what_it_cannot() -> None:
     fp = Fingerprint()
     original = dist.all_reduce

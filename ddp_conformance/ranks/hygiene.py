@@ -47,7 +47,7 @@ import torch
 
 from ddp_conformance.ranks.leaks import Hygiene
 from ddp_conformance.ranks.memory import resident_mib
-from ddp_conformance.ranks.orphans import end_descendants
+from ddp_conformance.ranks.orphans import descendants, end_descendants
 
 #: Growth of resident memory over the rank's start-up that retires it (memory a job kept
 #: cannot be handed back). Torch's DDP and the reference stay far below this over the
@@ -233,6 +233,9 @@ class Fingerprint:
         self._interop = torch.get_num_interop_threads()
         self._threads = _python_threads()
         self._rss = resident_mib()
+        #: Processes that were already below this one: not a job's to end (a rank has none;
+        #: a process that takes a fingerprint of itself, a test's, keeps its own children).
+        self._children = frozenset(descendants(os.getpid()))
 
     def check(self) -> Hygiene:
         """Compare the process with the fingerprint; put back what can be; end the
@@ -246,7 +249,7 @@ class Fingerprint:
         self._check_surface(retired)
         self._check_stacks(retired)
         self._check_threads(retired)
-        ended = end_descendants()
+        ended = end_descendants(skip=self._children)
         rss = resident_mib()
         if rss - self._rss > RSS_RETIRE_MIB:
             retired.append(f"resident memory {rss:.0f} MiB ({rss - self._rss:.0f} MiB over "

@@ -108,9 +108,12 @@ class Zygote:
         output to ``log``, the rank end of its socket ``fd`` (passed to the zygote)."""
         request = {"argv": argv, "env": env, "log": log}
         try:
+            if self.sock.fileno() < 0:
+                raise PoolError(f"the zygote ended ({self._ending()}); {self._tail()}")
             socket.send_fds(self.sock, [pickle.dumps(("fork", request))], [fd])
         except OSError as exc:
-            raise PoolError(f"the zygote is gone ({exc}); {self._tail()}") from None
+            raise PoolError(f"the zygote is gone ({exc}; {self._ending()}); "
+                            f"{self._tail()}") from None
         pid = self._await_reply("forked", REQUEST_TIMEOUT_S)[1]
         self.ended[pid] = None
         return ForkedProcess(self, pid, argv)
@@ -166,6 +169,16 @@ class Zygote:
         for pid, code in self.ended.items():
             if code is None:
                 self.ended[pid] = -9  # SIGKILL, from the kernel
+
+    def _ending(self) -> str:
+        """How the zygote process ended, as far as can be told now."""
+        try:
+            code = self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return "its process still runs"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
 
     def _tail(self) -> str:
         try:
