@@ -88,6 +88,8 @@ def surface_features(scenario: Scenario) -> list[str]:
          scenario.optimizer in (Optimizer.FUSED_SGD, Optimizer.IN_BACKWARD_SGD)),
         ("a process-group update", scenario.update_process_group_at is not None),
         ("a copy of the wrapper", scenario.copy_wrapper is not None),
+        ("broadcast_buffers set after construction",
+         scenario.broadcast_buffers_off_at is not None),
         ("nested no_sync", scenario.accumulate is Accumulate.NESTED_NO_SYNC),
         ("a barrier after backward", scenario.barrier_after_backward),
         ("a torch limit", scenario.torch_limit is not None),

@@ -217,6 +217,7 @@ class Runner:
         if candidate.backends is not None and backend not in candidate.backends:
             return f"candidate does not support backend {backend}"
         unsupported = (scenario.unsupported_backend(backend)
+                       or scenario.unsupported_device(self.device_kind)
                        or backend_lacks(scenario, backend, self.device_kind, self.declined)
                        or scenario.unsupported_world_size(ws)
                        or (SLOW_REASON if scenario.slow and not self.config.slow else ""))

@@ -53,6 +53,16 @@ first step, a first bucket closed by the last weight, then two weights and their
 24.5 MiB: under a cap of 25 the input layer joins their bucket, under 24 it starts a new
 one. Two steps, so that the rebuilt layout is traced; its checks take seconds: it runs with
 ``--slow``.
+
+``gaps/broadcast-buffers-off-mid-run``: ``broadcast_buffers`` is a property of torch's DDP
+whose setter sets ``forward_sync_buffers``, read at every forward. The catalog gave it only
+to the constructor, so a DDP whose attribute no longer reaches the forward passed; turned
+off after two steps, BatchNorm's running statistics follow each rank's own batches from
+then on.
+
+``gaps/device-ids-on-cpu``: ``device_ids`` belongs to single-device GPU modules; for a CPU
+module DDP refuses it. The harness passes ``device_ids`` only on CUDA, so no scenario gave
+it to a CPU module. On a GPU, where the same list is valid, the scenario means nothing.
 """
 from ddp_conformance import Scenario
 from ddp_conformance.catalog.rules import with_rules
@@ -99,6 +109,15 @@ SCENARIOS = [
              steps=2, slow=True,
              description="the default bucket cap with 24.6 MiB of gradients after the first "
                          "bucket: one bucket of 25 MiB holds them all"),
+    Scenario("gaps/broadcast-buffers-off-mid-run", "conv_bn", steps=4, min_world_size=2,
+             broadcast_buffers_off_at=2,
+             description="ddp.broadcast_buffers = False after two steps: rank 0's running "
+                         "statistics broadcast before the first two, each rank's own after"),
+    Scenario("gaps/device-ids-on-cpu", "mlp", devices=("cpu",),
+             ddp_options={"device_ids": [0]},
+             expect_error=r"ValueError: .*device_ids and output_device arguments only work "
+                          r"with single-device/multiple-device GPU modules or CPU modules",
+             description="device_ids given for a CPU module is refused"),
 ]
 
 #: The DDP rule each scenario checks (``Scenario.rule``; see ddp_conformance.catalog.rules).
@@ -136,5 +155,12 @@ RULES = {
     'gaps/default-bucket-cap':
         'Without bucket_cap_mb, DDP fills buckets of 25 MiB after the first bucket: '
         'gradients of up to 25 MiB in all share one bucket.',
+    'gaps/broadcast-buffers-off-mid-run':
+        "Setting ddp.broadcast_buffers after construction switches the buffer broadcast: "
+        "from the next forward on, each rank keeps its own buffers, such as BatchNorm's "
+        "running statistics, instead of rank 0's.",
+    'gaps/device-ids-on-cpu':
+        'device_ids is for a module on one GPU: DDP refuses it, on every rank, for a module '
+        'whose parameters are on the CPU.',
 }
 SCENARIOS = with_rules(SCENARIOS, RULES)

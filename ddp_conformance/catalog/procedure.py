@@ -185,11 +185,16 @@ def broadcasts(scenario: Scenario, step: int) -> list[bool]:
     ``no_sync`` (initially True), and ``_pre_forward`` broadcasts when it is set. So the
     first forward after a ``no_sync`` one does not broadcast, the first forward inside
     ``no_sync`` after a synced one does, and so does an eval forward under ``no_grad``
-    after a synced one, while the training forward after it does not.
+    after a synced one, while the training forward after it does not. From
+    ``broadcast_buffers_off_at`` on, no forward broadcasts (torch reads
+    ``forward_sync_buffers`` at every forward).
     """
     def grad_synced(f: Forward) -> bool:
         return f.training and forward_synced(scenario, f.microbatch)
 
+    off = scenario.broadcast_buffers_off_at
+    if off is not None and step >= off:
+        return [False] * len(forward_plan(scenario, step))
     previous = True if step == 0 else grad_synced(forward_plan(scenario, step - 1)[-1])
     out = []
     for f in forward_plan(scenario, step):

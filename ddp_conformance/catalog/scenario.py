@@ -198,6 +198,9 @@ class Scenario:
     #: Backends on which torch itself can run the scenario reliably, if not all (the
     #: reason is written next to the scenario).
     backends: tuple[str, ...] | None = None
+    #: Device types the scenario means something on, if not all (the reason is written
+    #: next to the scenario): ``("cpu",)`` for what DDP refuses of a CPU module.
+    devices: tuple[str, ...] | None = None
     #: DDP process groups as global rank lists, created with ``new_group`` on every rank;
     #: each rank trains in the group holding it (idle if none). None: the world.
     groups: tuple[tuple[int, ...], ...] | None = None
@@ -254,6 +257,10 @@ class Scenario:
     #: with the copy (a new module; the optimizer, plain SGD, is rebuilt over it).
     copy_wrapper: WrapperCopy | None = None
     copy_wrapper_at: int = 1
+    #: Before this step's ``zero_grad``, ``wrapper.broadcast_buffers = False`` (torch's
+    #: property: it sets ``forward_sync_buffers``): no buffer broadcast from this step's
+    #: forwards on (``procedure.broadcasts``).
+    broadcast_buffers_off_at: int | None = None
     #: After every backward, ``dist.barrier`` on the DDP group: the synchronisation a Gloo
     #: user needs before reading what ``delay_all_reduce_named_params`` reduces (torch's
     #: DDP launches that all-reduce and never waits for it; on NCCL the stream orders it,
@@ -310,6 +317,9 @@ class Scenario:
         bad = [g for g in self.guards if not _is_ref(g)]
         if bad:
             raise ValueError(f"scenario {self.id!r}: guards {bad} are not 'owner/repo#N'")
+        if self.broadcast_buffers_off_at is not None and self.join is not None:
+            raise ValueError(f"scenario {self.id!r}: broadcast_buffers_off_at under Join is not "
+                             f"modelled (a joined rank's shadow forwards sync buffers too)")
         if self.eval_between_steps and self.join is not None:
             raise ValueError(f"scenario {self.id!r}: eval_between_steps under Join is not "
                              f"modelled (joined ranks shadow no eval forward)")
@@ -348,6 +358,8 @@ class Scenario:
             needs.add(Capability.UPDATE_PROCESS_GROUP.value)
         if self.copy_wrapper is not None:
             needs.add(Capability.PICKLE.value)
+        if self.broadcast_buffers_off_at is not None:
+            needs.add(Capability.SET_BROADCAST_BUFFERS.value)
         return frozenset(needs)
 
     def steps_for(self, group_rank: int) -> int:
@@ -362,6 +374,12 @@ class Scenario:
         """Why the scenario cannot run on ``backend`` ('' if it can)."""
         if self.backends is not None and backend not in self.backends:
             return f"needs backend {' or '.join(self.backends)} (torch cannot run it on {backend})"
+        return ""
+
+    def unsupported_device(self, device: str) -> str:
+        """Why the scenario means nothing on ``device`` (a device type; '' if it does)."""
+        if self.devices is not None and device not in self.devices:
+            return f"defined for {' or '.join(self.devices)} modules, not {device}"
         return ""
 
     def unsupported_world_size(self, world_size: int) -> str:

@@ -401,7 +401,8 @@ _LITERAL_ORDER = ("model", "model_kwargs", "exact", "lr", "steps", "batch_size",
                   "join", "comm_hook", "comm_hook_registrations", "expect_error", "rtol",
                   "trace_volume",
                   "buffer_comm_hook", "update_process_group_at", "copy_wrapper",
-                  "copy_wrapper_at", "barrier_after_backward", "torch_limit", "groups", "seed")
+                  "copy_wrapper_at", "broadcast_buffers_off_at", "barrier_after_backward",
+                  "torch_limit", "groups", "seed")
 
 
 def scenario_literal(scenario: Scenario, scenario_id: str = "") -> str:

@@ -172,6 +172,14 @@ class Adapter(ABC):
         ``set_optimizer`` again over the copy. Capability ``pickle``."""
         raise NotImplementedError("copy_wrapper")
 
+    @capability_method(Capability.SET_BROADCAST_BUFFERS)
+    def set_broadcast_buffers(self, value: bool) -> None:
+        """torch's ``ddp.broadcast_buffers = value`` (a property that sets
+        ``forward_sync_buffers``): from the next forward on, buffers are broadcast before
+        forwards or not. Called before the step the scenario names. Capability
+        ``set_broadcast_buffers``."""
+        raise NotImplementedError("set_broadcast_buffers")
+
     def gradients(self) -> dict[str, Tensor | None]:
         """Full, dense gradients by parameter name (a sparse gradient is reported
         densified; ``None`` where there is none). Called once per step, after the last

@@ -34,6 +34,10 @@ class Capability(str, enum.Enum):
     #: ``backward_retaining(loss)``: a backward that keeps the graph for another one
     #: (``loss.backward(retain_graph=True)``).
     RETAIN_GRAPH = "retain_graph"
+    #: ``wrapper.broadcast_buffers = value`` after construction (torch's property over
+    #: ``forward_sync_buffers``): the buffer broadcast before forwards on or off from the
+    #: next forward.
+    SET_BROADCAST_BUFFERS = "set_broadcast_buffers"
 
     @staticmethod
     def option(name: str) -> str:
@@ -42,7 +46,9 @@ class Capability(str, enum.Enum):
 
 
 #: Constructor keywords of torch's DDP that scenarios may set (torch 2.13's whole
-#: signature but ``module``, ``process_group`` and the device arguments). A scenario gives
+#: signature but ``module``, ``process_group`` and ``output_device``; ``device_ids`` only
+#: where a scenario gives it, as a CPU module's misuse: on CUDA the harness passes the
+#: rank's device itself, ``contract.ddp_like``). A scenario gives
 #: them as plain data; :mod:`ddp_conformance.catalog.ddp_options` turns names into the
 #: objects torch takes (a dtype name into a dtype, a parameter name into the parameter).
 DDP_OPTIONS = (
@@ -50,7 +56,7 @@ DDP_OPTIONS = (
     "gradient_as_bucket_view", "static_graph", "init_sync",
     "bucket_cap_mb_list", "forward_sync_buffers", "skip_all_reduce_unused_params",
     "batched_grad_copy", "device_mesh", "mixed_precision", "delay_all_reduce_named_params",
-    "param_to_hook_all_reduce", "check_reduction",
+    "param_to_hook_all_reduce", "check_reduction", "device_ids",
 )
 #: The DDP methods (torch 2.13's, private ones included) that stand for a capability.
 METHOD_CAPABILITIES = {

@@ -79,6 +79,9 @@ class DDPLikeAdapter(WrappedModuleAdapter):
     def update_process_group(self, group: Any) -> None:
         self.ddp._update_process_group(group)  # type: ignore[operator]
 
+    def set_broadcast_buffers(self, value: bool) -> None:
+        self.ddp.broadcast_buffers = value
+
     def copy_wrapper(self, copier: Callable[[nn.Module], nn.Module]) -> nn.Module:
         """Replace the DDP by ``copier(ddp)`` (a pickled, deep-copied or ``torch.save``d
         copy, as torch's ``__getstate__``/``__setstate__`` allow); return the copy's
@@ -94,7 +97,9 @@ def _instance_capabilities(obj: Any) -> Capabilities:
     ``register_comm_hook`` that does not take torch's ``(state, hook)``. Pickling is
     claimed for every DDP-like module (an ``nn.Module`` pickles; torch's DDP defines
     ``__getstate__``/``__setstate__`` for it), and judged by the copy scenarios; so is a
-    backward that retains the graph (a DDP-like module trains by ``loss.backward()``)."""
+    backward that retains the graph (a DDP-like module trains by ``loss.backward()``).
+    Setting ``broadcast_buffers`` is claimed where ``obj`` has that attribute (torch's
+    property, or a plain attribute its forward reads)."""
     caps: set[str] = {Capability.PICKLE.value, Capability.RETAIN_GRAPH.value}
     notes: dict[str, str] = {}
     if callable(getattr(obj, "no_sync", None)):
@@ -104,6 +109,8 @@ def _instance_capabilities(obj: Any) -> Capabilities:
         caps.add(Capability.JOIN.value)
     caps.update(cap.value for name, cap in METHOD_CAPABILITIES.items()
                 if callable(getattr(obj, name, None)))
+    if hasattr(obj, "broadcast_buffers"):  # torch's property (an attribute before 2.13)
+        caps.add(Capability.SET_BROADCAST_BUFFERS.value)
     if callable(getattr(obj, "register_comm_hook", None)):
         other = _other_signature(_as_bound(obj, "register_comm_hook"))
         if other is None:
@@ -236,7 +243,7 @@ def ddp_like_candidate(name: str, factory: Callable[..., nn.Module], version: st
         kwargs: dict[str, Any] = dict(ddp_options)
         if "device_mesh" not in kwargs:  # torch refuses both (the mesh names the group)
             kwargs["process_group"] = process_group
-        if takes_device_ids and device.type == "cuda":
+        if takes_device_ids and device.type == "cuda" and "device_ids" not in kwargs:
             kwargs["device_ids"] = [device]
         adapter = DDPLikeAdapter(factory(module, **kwargs), module, accepted)
         adapter.unread_options = unread_options(adapter.ddp, accepted, ddp_options)

@@ -263,6 +263,8 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
             module = adapter.copy_wrapper(_copy_wrapper(str(scenario.copy_wrapper)))
             adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
             hooks[:] = [_snapshot_buffers_at_forward(module, at_forward)]
+        if scenario.broadcast_buffers_off_at == step:
+            adapter.set_broadcast_buffers(False)
         if spec.before_step is not None:
             spec.before_step(module, step)
         if scenario.eval_between_steps and step > 0:
