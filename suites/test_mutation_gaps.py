@@ -60,6 +60,13 @@ to the constructor, so a DDP whose attribute no longer reaches the forward passe
 off after two steps, BatchNorm's running statistics follow each rank's own batches from
 then on.
 
+``gaps/powersgd-gram-schmidt``: torch's PowerSGD orthogonalizes P by QR above rank 2 and
+by Gram-Schmidt at ranks 1 and 2, with ``orthogonalization_epsilon`` added to each column's
+norm when it is not 0. Every other PowerSGD scenario runs at rank 4 (QR) with epsilon 0.
+At world size 2 with one sample per rank every gradient matrix has rank <= 2, so rank 2 is
+exact up to rounding; in float64, so that the rounding of Gram-Schmidt on P's two columns
+stays far below the tolerance. An epsilon of 1e-12 is far below any column's norm.
+
 ``gaps/device-ids-on-cpu``: ``device_ids`` belongs to single-device GPU modules; for a CPU
 module DDP refuses it. The harness passes ``device_ids`` only on CUDA, so no scenario gave
 it to a CPU module. On a GPU, where the same list is valid, the scenario means nothing.
@@ -113,6 +120,15 @@ SCENARIOS = [
              broadcast_buffers_off_at=2,
              description="ddp.broadcast_buffers = False after two steps: rank 0's running "
                          "statistics broadcast before the first two, each rank's own after"),
+    # float64: Gram-Schmidt's rounding grows with the condition number of P (the ratio
+    # of the two samples' directions in the gradient); rtol 1e-6 leaves it a factor 1e10
+    # over float64's u (1.1e-16), and torch's measured error is 8e-10 of the largest
+    # gradient; a wrong orthogonalization loses a direction: off by 0.3 or more.
+    Scenario("gaps/powersgd-gram-schmidt", "mlp_float64",
+             batch_size=1, steps=5, world_sizes=(2,), comm_hook="powersgd_rank2", rtol=1e-6,
+             trace_volume=False,
+             description="PowerSGD at rank 2 (Gram-Schmidt) on two samples: gradients of "
+                         "rank <= 2"),
     Scenario("gaps/device-ids-on-cpu", "mlp", devices=("cpu",),
              ddp_options={"device_ids": [0]},
              expect_error=r"ValueError: .*device_ids and output_device arguments only work "
@@ -159,6 +175,9 @@ RULES = {
         "Setting ddp.broadcast_buffers after construction switches the buffer broadcast: "
         "from the next forward on, each rank keeps its own buffers, such as BatchNorm's "
         "running statistics, instead of rank 0's.",
+    'gaps/powersgd-gram-schmidt':
+        "PowerSGD's low-rank reduction is exact on gradients of at most its rank, at rank 2 "
+        "too, where torch orthogonalizes P by Gram-Schmidt: the average up to rounding.",
     'gaps/device-ids-on-cpu':
         'device_ids is for a module on one GPU: DDP refuses it, on every rank, for a module '
         'whose parameters are on the CPU.',

@@ -284,6 +284,19 @@ def _powersgd_from_start(process_group: Any) -> tuple[Any, Any]:
     return state, powerSGD_hook.powerSGD_hook
 
 
+def _powersgd_rank2(process_group: Any) -> tuple[Any, Any]:
+    """PowerSGD at rank 2, where torch orthogonalizes by Gram-Schmidt (QR above rank 2),
+    with an orthogonalization epsilon far below any column's norm: exact on gradients of
+    rank <= 2 (gaps/powersgd-gram-schmidt), as :func:`_powersgd_warm_start` at rank 4."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    state = powerSGD_hook.PowerSGDState(
+        process_group=process_group, matrix_approximation_rank=2, start_powerSGD_iter=2,
+        use_error_feedback=True, warm_start=True, orthogonalization_epsilon=1e-12,
+        random_seed=0)
+    return state, powerSGD_hook.powerSGD_hook
+
+
 def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
     """(state, hook) of one of torch's comm hooks, by name; for the ``builtin_`` ones,
     ``(None, dist.BuiltinCommHookType.X)`` (``_register_builtin_comm_hook`` takes the type)."""
@@ -320,6 +333,8 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
         return _powersgd_warm_start(process_group)
     if name == "powersgd_from_start":
         return _powersgd_from_start(process_group)
+    if name == "powersgd_rank2":
+        return _powersgd_rank2(process_group)
     if name == "noop":
         return None, debugging_hooks.noop_hook
     if name == "bf16_compress":

@@ -103,6 +103,9 @@ class CommHook(StringEnum):
     #: PowerSGD at rank 4 compressing from the first step, without error feedback or warm
     #: start (the configuration in which ``start_powerSGD_iter=1`` is allowed).
     POWERSGD_FROM_START = "powersgd_from_start"
+    #: PowerSGD at rank 2 (Gram-Schmidt orthogonalization) with a tiny orthogonalization
+    #: epsilon, warm-started.
+    POWERSGD_RANK2 = "powersgd_rank2"
     #: PowerSGD over the whole bucket as one square matrix (``batched_powerSGD_hook``).
     BATCHED_POWERSGD = "batched_powersgd"
     #: ``post_localSGD_hook`` whose local subgroup is the whole DDP group: a global
