@@ -284,6 +284,18 @@ def _powersgd_from_start(process_group: Any) -> tuple[Any, Any]:
     return state, powerSGD_hook.powerSGD_hook
 
 
+def _batched_powersgd(process_group: Any) -> tuple[Any, Any]:
+    """``batched_powerSGD_hook``: two vanilla steps (an allreduce divided by the group
+    size), then one square matrix per bucket at rank 2 (torch 2.13 fails there: see the
+    scenario)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    state = powerSGD_hook.PowerSGDState(
+        process_group=process_group, matrix_approximation_rank=2,
+        start_powerSGD_iter=2, use_error_feedback=True, warm_start=False, random_seed=0)
+    return state, powerSGD_hook.batched_powerSGD_hook
+
+
 def _powersgd_rank2(process_group: Any) -> tuple[Any, Any]:
     """PowerSGD at rank 2, where torch orthogonalizes by Gram-Schmidt (QR above rank 2),
     with an orthogonalization epsilon far below any column's norm: exact on gradients of
@@ -323,12 +335,7 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
             process_group=process_group, subgroup=process_group,
             start_localSGD_iter=2), post_localSGD_hook.post_localSGD_hook
     if name == "batched_powersgd":
-        # Two vanilla steps (an allreduce divided by the group size), then one square
-        # matrix per bucket at rank 2 (torch 2.13 fails there: see the scenario).
-        state = powerSGD_hook.PowerSGDState(
-            process_group=process_group, matrix_approximation_rank=2,
-            start_powerSGD_iter=2, use_error_feedback=True, warm_start=False, random_seed=0)
-        return state, powerSGD_hook.batched_powerSGD_hook
+        return _batched_powersgd(process_group)
     if name == "powersgd_warm_start":
         return _powersgd_warm_start(process_group)
     if name == "powersgd_from_start":

@@ -80,7 +80,7 @@ class DDPLikeAdapter(WrappedModuleAdapter):
         self.ddp._update_process_group(group)  # type: ignore[operator]
 
     def set_broadcast_buffers(self, value: bool) -> None:
-        self.ddp.broadcast_buffers = value
+        self.ddp.broadcast_buffers = value  # type: ignore[assignment]
 
     def copy_wrapper(self, copier: Callable[[nn.Module], nn.Module]) -> nn.Module:
         """Replace the DDP by ``copier(ddp)`` (a pickled, deep-copied or ``torch.save``d
