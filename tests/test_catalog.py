@@ -10,16 +10,18 @@ from typing import Any
 
 import pytest
 
+from ddp_conformance.catalog import procedure
 from ddp_conformance.catalog.loader import load_catalog, validate
 from ddp_conformance.catalog.scenario import (
     Accumulate,
     CommHook,
     Init,
+    JoinSpec,
     Optimizer,
     Scenario,
     SyncStrategy,
 )
-from ddp_conformance.contract.capability import DDP_OPTIONS
+from ddp_conformance.contract.capability import DDP_OPTIONS, Capability
 
 ENUM_FIELDS = [
     ("optimizer", "sgdd", Optimizer),
@@ -95,3 +97,21 @@ def test_enums_compare_and_hash_as_their_string_values(member: Any) -> None:
     assert str(member) == value and f"{member}" == value
     assert {value: 1}[member] == 1 and {member: 1}[value] == 1
     assert member in {value} and value in {member}
+
+
+def test_a_scenario_for_cpu_modules_says_why_it_means_nothing_on_another_device() -> None:
+    scenario = Scenario(id="x/cpu", model="mlp", devices=("cpu",))
+    assert scenario.unsupported_device("cpu") == ""
+    assert scenario.unsupported_device("cuda") == "defined for cpu modules, not cuda"
+    assert Scenario(id="x/any", model="mlp").unsupported_device("cuda") == ""
+
+
+def test_no_forward_broadcasts_buffers_from_the_step_broadcast_buffers_is_set_off() -> None:
+    scenario = Scenario(id="x/off", model="conv_bn", steps=3, microbatches=2,
+                        broadcast_buffers_off_at=1)
+    assert procedure.broadcasts(scenario, 0) == [True, True]
+    assert procedure.broadcasts(scenario, 1) == [False, False]
+    assert procedure.broadcasts(scenario, 2) == [False, False]
+    assert Capability.SET_BROADCAST_BUFFERS.value in scenario.needs
+    with pytest.raises(ValueError, match="broadcast_buffers_off_at under Join is not modelled"):
+        Scenario(id="x/join", model="conv_bn", broadcast_buffers_off_at=1, join=JoinSpec())

@@ -90,6 +90,21 @@ def test_no_register_comm_hook_has_no_note() -> None:
     assert COMM_HOOK not in caps and not caps.notes
 
 
+class PlainBroadcastAttribute:
+    def __init__(self) -> None:
+        self.broadcast_buffers = True  # read by its forward, as torch's before 2.13
+
+
+def test_setting_broadcast_buffers_is_claimed_where_the_attribute_is() -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    claim = Capability.SET_BROADCAST_BUFFERS.value
+    assert claim in _instance_capabilities(DistributedDataParallel)  # torch's property
+    assert claim in _instance_capabilities(PlainBroadcastAttribute())
+    assert claim not in _instance_capabilities(PlainBroadcastAttribute)  # set in __init__
+    assert claim not in _instance_capabilities(NoHook)
+
+
 def test_torch_and_reference_claim_every_feature() -> None:
     for name in ("torch", "reference"):
         caps = resolve_candidate(name).capabilities
