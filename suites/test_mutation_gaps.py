@@ -65,7 +65,9 @@ by Gram-Schmidt at ranks 1 and 2, with ``orthogonalization_epsilon`` added to ea
 norm when it is not 0. Every other PowerSGD scenario runs at rank 4 (QR) with epsilon 0.
 At world size 2 with one sample per rank every gradient matrix has rank <= 2, so rank 2 is
 exact up to rounding; in float64, so that the rounding of Gram-Schmidt on P's two columns
-stays far below the tolerance. An epsilon of 1e-12 is far below any column's norm.
+stays far below the tolerance. An epsilon of 1e-12 is far below any column's norm. Batched
+by shape, as torch allows: the 16x8 and the 16x16 weight are each alone of their shape, a
+batch of one (gaps/powersgd-warm-start batches two of one shape).
 
 ``gaps/device-ids-on-cpu``: ``device_ids`` belongs to single-device GPU modules; for a CPU
 module DDP refuses it. The harness passes ``device_ids`` only on CUDA, so no scenario gave
@@ -127,8 +129,8 @@ SCENARIOS = [
     Scenario("gaps/powersgd-gram-schmidt", "mlp_float64",
              batch_size=1, steps=5, world_sizes=(2,), comm_hook="powersgd_rank2", rtol=1e-6,
              trace_volume=False,
-             description="PowerSGD at rank 2 (Gram-Schmidt) on two samples: gradients of "
-                         "rank <= 2"),
+             description="PowerSGD at rank 2 (Gram-Schmidt), batched by shape, on two "
+                         "samples: gradients of rank <= 2"),
     Scenario("gaps/device-ids-on-cpu", "mlp", devices=("cpu",),
              ddp_options={"device_ids": [0]},
              expect_error=r"ValueError: .*device_ids and output_device arguments only work "

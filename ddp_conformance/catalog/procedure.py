@@ -299,13 +299,14 @@ def _batched_powersgd(process_group: Any) -> tuple[Any, Any]:
 def _powersgd_rank2(process_group: Any) -> tuple[Any, Any]:
     """PowerSGD at rank 2, where torch orthogonalizes by Gram-Schmidt (QR above rank 2),
     with an orthogonalization epsilon far below any column's norm: exact on gradients of
-    rank <= 2 (gaps/powersgd-gram-schmidt), as :func:`_powersgd_warm_start` at rank 4."""
+    rank <= 2 (gaps/powersgd-gram-schmidt), as :func:`_powersgd_warm_start` at rank 4.
+    Batched by shape, where every compressed matrix is alone of its shape."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
     state = powerSGD_hook.PowerSGDState(
         process_group=process_group, matrix_approximation_rank=2, start_powerSGD_iter=2,
         use_error_feedback=True, warm_start=True, orthogonalization_epsilon=1e-12,
-        random_seed=0)
+        batch_tensors_with_same_shape=True, random_seed=0)
     return state, powerSGD_hook.powerSGD_hook
 
 

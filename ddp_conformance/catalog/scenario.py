@@ -104,7 +104,7 @@ class CommHook(StringEnum):
     #: start (the configuration in which ``start_powerSGD_iter=1`` is allowed).
     POWERSGD_FROM_START = "powersgd_from_start"
     #: PowerSGD at rank 2 (Gram-Schmidt orthogonalization) with a tiny orthogonalization
-    #: epsilon, warm-started.
+    #: epsilon, warm-started, batched by shape.
     POWERSGD_RANK2 = "powersgd_rank2"
     #: PowerSGD over the whole bucket as one square matrix (``batched_powerSGD_hook``).
     BATCHED_POWERSGD = "batched_powersgd"
