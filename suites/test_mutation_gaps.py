@@ -69,6 +69,12 @@ stays far below the tolerance. An epsilon of 1e-12 is far below any column's nor
 by shape, as torch allows: the 16x8 and the 16x16 weight are each alone of their shape, a
 batch of one (gaps/powersgd-warm-start batches two of one shape).
 
+``gaps/post-local-sgd-before-start``: post-local SGD allreduces over the whole group before
+``start_localSGD_iter`` and within its local subgroup after. The catalog's other
+post-local-SGD scenario takes the whole group as the subgroup (so that the average holds
+after the start too), where both phases are the same allreduce; single-rank subgroups and
+a start no scenario reaches tell them apart.
+
 ``gaps/device-ids-on-cpu``: ``device_ids`` belongs to single-device GPU modules; for a CPU
 module DDP refuses it. The harness passes ``device_ids`` only on CUDA, so no scenario gave
 it to a CPU module. On a GPU, where the same list is valid, the scenario means nothing.
@@ -131,6 +137,10 @@ SCENARIOS = [
              trace_volume=False,
              description="PowerSGD at rank 2 (Gram-Schmidt), batched by shape, on two "
                          "samples: gradients of rank <= 2"),
+    Scenario("gaps/post-local-sgd-before-start", "mlp", steps=3, min_world_size=2,
+             comm_hook="post_local_sgd_before_start",
+             description="post_localSGD_hook with single-rank subgroups before "
+                         "start_localSGD_iter: the global allreduce"),
     Scenario("gaps/device-ids-on-cpu", "mlp", devices=("cpu",),
              ddp_options={"device_ids": [0]},
              expect_error=r"ValueError: .*device_ids and output_device arguments only work "
@@ -180,6 +190,10 @@ RULES = {
     'gaps/powersgd-gram-schmidt':
         "PowerSGD's low-rank reduction is exact on gradients of at most its rank, at rank 2 "
         "too, where torch orthogonalizes P by Gram-Schmidt: the average up to rounding.",
+    'gaps/post-local-sgd-before-start':
+        'post_localSGD_hook allreduces over the whole group until start_localSGD_iter, '
+        'whatever its local subgroups: until then the gradients are the average over every '
+        'rank, as without a hook.',
     'gaps/device-ids-on-cpu':
         'device_ids is for a module on one GPU: DDP refuses it, on every rank, for a module '
         'whose parameters are on the CPU.',

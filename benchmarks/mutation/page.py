@@ -200,9 +200,9 @@ at 3 for what survives), and then every mutant still undetected measured again a
 whole catalog of the day (the bug-history scenarios included), with the coverage of both
 reducer modes at 2 ranks (at 3 ranks, the earlier coverage: the C++ reducer's, before the
 bug-history scenarios; `--coverage-dir` names such a mix; the scenarios added last,
-gaps/powersgd-from-start, then gaps/broadcast-buffers-off-mid-run, gaps/device-ids-on-cpu
-and gaps/powersgd-gram-schmidt, were measured with coverage on their own and merged into
-the 2-rank data); {ws_after}.
+gaps/powersgd-from-start, then gaps/broadcast-buffers-off-mid-run, gaps/device-ids-on-cpu,
+gaps/powersgd-gram-schmidt and gaps/post-local-sgd-before-start, were measured with
+coverage on their own and merged into the 2-rank data); {ws_after}.
 
 What is not judged, stated once: warnings, log records and the statistics PowerSGD keeps
 for its log (`compression_stats()`) are not DDP semantics, so a mutant that only changes

@@ -296,6 +296,20 @@ def _batched_powersgd(process_group: Any) -> tuple[Any, Any]:
     return state, powerSGD_hook.batched_powerSGD_hook
 
 
+def _post_local_sgd_before_start(process_group: Any) -> tuple[Any, Any]:
+    """``post_localSGD_hook`` whose local subgroups are single ranks
+    (``dist.new_subgroups(group_size=1)``, collective) and whose ``start_localSGD_iter``
+    (1000) no scenario reaches: every step is the global allreduce, DDP's average; the
+    subgroups' would leave each rank its own gradient."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook
+
+    subgroup, _ = dist.new_subgroups(group_size=1)
+    return post_localSGD_hook.PostLocalSGDState(
+        process_group=process_group, subgroup=subgroup,
+        start_localSGD_iter=1000), post_localSGD_hook.post_localSGD_hook
+
+
 def _powersgd_rank2(process_group: Any) -> tuple[Any, Any]:
     """PowerSGD at rank 2, where torch orthogonalizes by Gram-Schmidt (QR above rank 2),
     with an orthogonalization epsilon far below any column's norm: exact on gradients of
@@ -335,6 +349,8 @@ def make_comm_hook(name: str, process_group: Any) -> tuple[Any, Any]:
         return post_localSGD_hook.PostLocalSGDState(
             process_group=process_group, subgroup=process_group,
             start_localSGD_iter=2), post_localSGD_hook.post_localSGD_hook
+    if name == "post_local_sgd_before_start":
+        return _post_local_sgd_before_start(process_group)
     if name == "batched_powersgd":
         return _batched_powersgd(process_group)
     if name == "powersgd_warm_start":

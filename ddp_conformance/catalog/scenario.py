@@ -111,6 +111,9 @@ class CommHook(StringEnum):
     #: ``post_localSGD_hook`` whose local subgroup is the whole DDP group: a global
     #: allreduce before ``start_localSGD_iter``, the subgroup's after; the same values.
     POST_LOCAL_SGD = "post_local_sgd"
+    #: ``post_localSGD_hook`` with single-rank local subgroups, before its
+    #: ``start_localSGD_iter``: the global allreduce every step.
+    POST_LOCAL_SGD_BEFORE_START = "post_local_sgd_before_start"
     #: torch's C++ hooks, registered with ``_register_builtin_comm_hook``.
     BUILTIN_ALLREDUCE = "builtin_allreduce"
     BUILTIN_FP16_COMPRESS = "builtin_fp16_compress"
