@@ -15,11 +15,11 @@ SCENARIOS = [
     # world size, torch 2.13 halves it once more (tests/standalone/
     # join_synced_microbatches.py), against the equal weight per sample it documents:
     # no such scenario here (docs/interactions.md, "Valid pairs left uncovered").
-    Scenario("join/synced-microbatches-divide-by-active", "mlp", steps=4, min_world_size=2,
+    Scenario("join/synced-microbatches-divide-by-active", "mlp", steps=3, min_world_size=2,
              join=JoinSpec(divide_by_initial_world_size=False), microbatches=2,
              description="two synced microbatches per step under Join, divided by the "
                          "active ranks"),
-    Scenario("join/multi-auto-sync-divide-by-active", "mlp", steps=4, min_world_size=2,
+    Scenario("join/multi-auto-sync-divide-by-active", "mlp", steps=3, min_world_size=2,
              join=JoinSpec(divide_by_initial_world_size=False), microbatches=2,
              sync_strategy="multi_auto_sync",
              description="Composer's multi_auto_sync under Join (every microbatch synced), "
