@@ -4,6 +4,12 @@
         [--seed 0 --seed 1 ...] [--candidate SPEC ...] [--applicable SPEC]
         [--applicable-budget 90]
 
+DIR and PY, for the fuzz of e5fedcf (before it drew only what the candidate supports)::
+
+    git worktree add --detach /tmp/fuzz-before e5fedcf
+    python -m venv --system-site-packages /tmp/venv-fuzz-before
+    /tmp/venv-fuzz-before/bin/pip install --no-deps -e /tmp/fuzz-before
+
 For every candidate and seed, ``ddp-conformance fuzz --candidate SPEC --seed S --budget B
 --shrink-budget 1s`` runs once with the code of DIR (a checkout of the commit to compare
 with) and once with this tree's, one right after the other, each in its own process started
