@@ -3,10 +3,11 @@ whole catalog, torch's DDP, the reference DDP and a candidate that branches on
 ``dist.get_backend()`` (:mod:`tests.ignite_like`) get the same verdict in every case
 traced and with ``--no-trace``, on Gloo and on the example backend (a Python process
 group, ``tests/backends/example.py``). One ``ddp-conformance run`` per configuration; the
-verdicts are read from ``results.jsonl``. On the example backend the branching candidate
-(it does not know the name) and the collective checks (``tests/test_backends.py`` and the
-no-future test below check those traced) are left out: they would double the test's cost,
-the slowest of the suite, and add no case the DDP catalog does not.
+verdicts are read from ``results.jsonl``. On the example backend only torch's DDP runs: the
+branching candidate does not know the backend's name, the reference's traced collectives
+are the same calls on either backend (Gloo judges them), and the collective checks are
+checked traced by ``tests/test_backends.py`` and the no-future test below; each would add
+a whole catalog to the suite's slowest test and no case the Gloo run does not.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def verdicts(backend: str, directory: Path, trace: bool) -> dict[tuple[str, str]
     """(case, candidate) -> verdict of one whole-catalog run."""
     command = [sys.executable, "-m", "ddp_conformance", "run", "--backend", backend,
                "--compare-backend", "none", "--timeout", "120", "--report-dir", str(directory)]
-    for spec in CANDIDATES if backend == "gloo" else CANDIDATES[:2]:
+    for spec in CANDIDATES if backend == "gloo" else CANDIDATES[:1]:
         command += ["--candidate", spec]
     if backend != "gloo":
         command += ["--collectives", "off"]
@@ -51,7 +52,7 @@ def test_the_same_verdicts_traced_and_untraced_over_the_catalog(backend: str,
     differ = {case: (traced[case], untraced[case]) for case in traced
               if traced[case] != untraced[case]}
     assert not differ, differ
-    assert {c for _, c in traced} >= {"torch", "reference"}
+    assert {c for _, c in traced} >= ({"torch", "reference"} if backend == "gloo" else {"torch"})
     if backend == "gloo":  # the branching candidate wrapped and was judged, traced as untraced
         ignite = [v for (_, c), v in traced.items() if c.endswith("auto_ddp")]
         assert ignite.count("PASS") > len(ignite) // 2, ignite

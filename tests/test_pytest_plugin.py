@@ -42,7 +42,7 @@ def test_pytest_xdist_agrees_with_the_command_line(tmp_path: Path) -> None:
     # test's name): the whole catalog took 100 s of the suite for no more evidence.
     candidates = ["--candidate", "torch", "--candidate", "tests.defective:SumsWithoutDividing",
                   "--candidate", "tests.limited:ForwardOnly",
-                  "-k", "gradients/ or errors/ or no-sync/ or buffers/ or surface/copy"]
+                  "-k", "gradients/ or errors/ or surface/copy"]
     proc = pytest_run("suites", "-n", "2", "-q", f"--junitxml={tmp_path / 'j.xml'}",
                       *candidates)
     assert proc.returncode == 1, proc.stdout[-3000:]  # the defective candidate fails
