@@ -19,9 +19,15 @@ from pathlib import Path
 import pytest
 
 from ddp_conformance.ranks import watch as watch_module
-from ddp_conformance.ranks.desync import diagnose, first_difference, mismatch, streams
+from ddp_conformance.ranks.desync import (
+    creation_hang,
+    diagnose,
+    first_difference,
+    mismatch,
+    streams,
+)
 from ddp_conformance.ranks.flight import FlightLog, RankFlight
-from ddp_conformance.ranks.stacks import in_collective, innermost_frame
+from ddp_conformance.ranks.stacks import in_collective, in_group_creation, innermost_frame
 from ddp_conformance.ranks.watch import (
     DESYNC_QUIET_S,
     FINAL_LOOKS,
@@ -671,3 +677,53 @@ def test_innermost_frame() -> None:
                   '  File "/home/me/case.py", line 3 in step\n')
     assert innermost_frame(collecting) == "garbage collection in step (case.py:3)"
     assert innermost_frame("Fatal Python error: Segmentation fault\n") == "(unknown)"
+
+
+DUMP_CREATING_TRACED = """\
+Current thread 0x00007f3a3c1b2740 (most recent call first):
+  File "/src/ddp_conformance/ranks/tracing.py", line 356 in create_inner
+  File "/src/ddp_conformance/ranks/tracing.py", line 120 in create
+  File "/venv/torch/distributed/distributed_c10d.py", line 2169 in _new_process_group_helper
+  File "/venv/torch/distributed/distributed_c10d.py", line 6060 in _new_group_with_tag
+  File "/venv/torch/distributed/distributed_c10d.py", line 5830 in new_group
+  File "/home/me/myddp.py", line 56 in __init__
+"""
+DUMP_CREATING = """\
+Current thread 0x00007f3a3c1b2740 (most recent call first):
+  File "/venv/torch/distributed/distributed_c10d.py", line 2169 in _new_process_group_helper
+  File "/venv/torch/distributed/distributed_c10d.py", line 5830 in new_group
+  File "/home/me/myddp.py", line 56 in __init__
+"""
+
+
+def test_group_creation_is_read_from_the_stack() -> None:
+    assert in_group_creation(DUMP_CREATING_TRACED) == \
+        "create_inner (tracing.py:356) called from __init__ (myddp.py:56)"
+    assert in_group_creation(DUMP_CREATING) == \
+        "_new_process_group_helper (distributed_c10d.py:2169) called from __init__ (myddp.py:56)"
+    assert in_group_creation(DUMP_IN_ALL_REDUCE) is None
+    assert in_group_creation(DUMP_IN_BACKWARD) is None
+
+
+def test_creation_hang_needs_every_live_rank_creating_and_a_rank_gone() -> None:
+    gone = {0: "finished the job"}
+    found = creation_hang({1}, gone, {1: "create_inner (tracing.py:356)"})
+    assert found is not None
+    assert found.summary.startswith("desync: rank 1 waits in process-group creation at "
+                                    "create_inner (tracing.py:356); rank 0 finished the job")
+    assert creation_hang({1}, {}, {1: "x"}) is None  # nobody left: they may yet meet
+    assert creation_hang({1, 2}, gone, {1: "x"}) is None  # rank 2 does something else
+
+
+def test_watch_ends_a_rank_creating_a_group_its_finished_peer_never_creates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ranks = Ranks(tmp_path, monkeypatch, lambda which: {r: DUMP_CREATING_TRACED for r in which})
+    ranks.write(0, "allreduce")
+    ranks.write(1, "allreduce")
+    gone = {0: "finished the job"}
+    assert ranks.watch.poll({1}, gone, T) is None
+    assert ranks.watch.poll({1}, gone, T + DESYNC_QUIET_S - 0.01) is None  # the quiet period
+    found = ranks.watch.poll({1}, gone, T + 1.2)
+    assert found is not None and "rank 1 waits in process-group creation" in found.summary
+    ranks.cpu[1001] = 5.0  # a rank that computes is not hung
+    assert ranks.watch.poll({1}, gone, T + 1.3) is None

@@ -91,6 +91,22 @@ def diagnose(flights: dict[int, RankFlight], live: Iterable[int], gone: dict[int
     return Desync(found.summary, found.detail, final) if final else found
 
 
+def creation_hang(live: Iterable[int], gone: dict[int, str],
+                  creating: dict[int, str]) -> Desync | None:
+    """A job that can never finish because every live rank waits to create a process group
+    (``creating``: where, from its stack) while some rank of the job has answered (``gone``):
+    that rank creates no group any more, and a group is created by all of its ranks
+    together (torch: every rank of the group calls ``new_group``, in the same order). Called
+    once nothing has moved for the quiet period; the trace has nothing pending to show."""
+    live = sorted(live)
+    if not gone or not live or any(r not in creating for r in live):
+        return None
+    said = [f"rank {r} waits in process-group creation at {creating[r]}" for r in live]
+    said += [f"rank {r} {what}" for r, what in sorted(gone.items())]
+    return Desync("desync: " + "; ".join(said) + " (a group created on some of its ranks "
+                  "only: every rank of a group must create it)", "")
+
+
 def _why_stuck(rank: int, launch: Launch, flights: dict[int, RankFlight], live: set[int],
                gone: dict[int, str], untraced: dict[int, str]) -> tuple[str, bool] | None:
     """Why ``launch`` (pending on ``rank``) can never complete, and whether that is final

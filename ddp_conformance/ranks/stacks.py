@@ -18,6 +18,12 @@ C10D_COLLECTIVES = frozenset({
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter",
     "barrier", "monitored_barrier", "send", "recv", "all_gather_object", "gather_object",
     "broadcast_object_list", "scatter_object_list", "batch_isend_irecv"})
+#: Where a main thread creating a process group waits for the group's other ranks: c10d's
+#: helper (a backend's constructor connects through the store, below Python) and its store
+#: barrier, and the harness's tracing backend, which creates the real group for it.
+GROUP_CREATION = frozenset({("distributed_c10d.py", "_new_process_group_helper"),
+                            ("distributed_c10d.py", "_store_based_barrier"),
+                            ("tracing.py", "create_inner")})
 
 
 def _main_frames(stack: str) -> tuple[str, list[dict[str, str]]]:
@@ -58,5 +64,15 @@ def in_collective(stack: str) -> str | None:
     top = frames[0]
     if os.path.basename(top["path"]) != "distributed_c10d.py" or \
             top["func"] not in C10D_COLLECTIVES:
+        return None
+    return innermost_frame(stack)
+
+
+def in_group_creation(stack: str) -> str | None:
+    """If the main thread is creating a process group (waiting, if it is still there, for
+    the group's other ranks to create it too), where."""
+    _, frames = _main_frames(stack)
+    if not frames or (os.path.basename(frames[0]["path"]), frames[0]["func"]) \
+            not in GROUP_CREATION:
         return None
     return innermost_frame(stack)

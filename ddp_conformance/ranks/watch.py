@@ -34,6 +34,12 @@ raised costs the waiting ranks a poll and a stack dump (~0.2 s), not the quiet p
 rank blocked below Python (torch's C++ reducer) is not recognised by its stack, and keeps
 the quiet period.
 
+A rank outside the trace may also wait to create a process group (its stack says so:
+:func:`~ddp_conformance.ranks.stacks.in_group_creation`): when every live rank does, quiet
+for the period, and some rank of the job has answered, the group needs a rank that will
+create nothing more (:func:`~ddp_conformance.ranks.desync.creation_hang`), a hang the trace
+cannot show.
+
 The watch also ends a job whose ranks hang exactly where its candidate's first case hung,
 before any collective (:class:`~ddp_conformance.ranks.endings.HangMatcher`, the fail-fast
 rule of :mod:`ddp_conformance.ranks.endings`).
@@ -44,10 +50,10 @@ import os
 import time
 from collections.abc import Callable
 
-from ddp_conformance.ranks.desync import Desync, diagnose
+from ddp_conformance.ranks.desync import Desync, creation_hang, diagnose
 from ddp_conformance.ranks.endings import HangMatcher, Streak
 from ddp_conformance.ranks.flight import FlightLog, RankFlight
-from ddp_conformance.ranks.stacks import in_collective
+from ddp_conformance.ranks.stacks import in_collective, in_group_creation
 
 #: How often the pool looks at a running job that has not answered.
 POLL_S = 0.1
@@ -89,6 +95,8 @@ class JobWatch:
         #: A hang this job may repeat (the fail-fast rule, :mod:`.endings`): matched early.
         self.matcher = HangMatcher(hang, stacks) if hang is not None and stacks else None
         self._untraced: dict[int, str] | None = None
+        #: Live ranks outside the trace that are creating a process group, with where.
+        self._creating: dict[int, str] = {}
         #: How many times this quiet period's stacks were asked for a final desync.
         self._final_looks = 0
         #: The stacks that confirmed a final desync (the job's evidence: not taken again).
@@ -147,10 +155,14 @@ class JobWatch:
             return found
         if self._untraced is None:  # once per quiet period: a dump is not free
             outside = [r for r in sorted(live) if not flights[r].pending()]
-            where = {r: in_collective(stack)
-                     for r, stack in (self.stacks(outside) if outside else {}).items()}
+            stacks = self.stacks(outside) if outside else {}
+            where = {r: in_collective(stack) for r, stack in stacks.items()}
             self._untraced = {r: w for r, w in where.items() if w is not None}
-        return diagnose(flights, live, gone, self._untraced) if self._untraced else None
+            creating = {r: in_group_creation(stack) for r, stack in stacks.items()}
+            self._creating = {r: w for r, w in creating.items() if w is not None}
+        if self._untraced:
+            return diagnose(flights, live, gone, self._untraced)
+        return creation_hang(live, gone, self._creating)
 
     def _final(self, live: set[int], gone: dict[int, str], now: float) -> Desync | None:
         """A final desync whose live ranks all sit in torch.distributed collectives, by
@@ -173,6 +185,7 @@ class JobWatch:
 
     def _restart_quiet(self, live: set[int], now: float) -> None:
         self._untraced = None
+        self._creating = {}
         self._final_looks = 0
         self._live = set(live)
         self._quiet_since = now
