@@ -53,8 +53,9 @@ def test_huge_tensor_is_above_two_to_the_eighteen() -> None:
 
 def test_non_finite_batch_and_oracle() -> None:
     """The last rank's batch holds inf, -inf and NaN at one step only; the oracle's
-    gradient of ``gain`` is non-finite exactly in those columns (signs from ``gain``), its
-    parameters after that step too, and the next step starts from the restored ones."""
+    gradient of ``gain`` is non-finite exactly in those columns (signs from ``gain``), the
+    step it takes is undone at once (its recorded parameters are those before it, as a
+    candidate that skips the step itself leaves them), and the next step trains."""
     scenario = Scenario("t", "non_finite_grad", steps=4)
     for world_size in (1, 2, 3):
         for rank in range(world_size):
@@ -77,9 +78,11 @@ def test_non_finite_batch_and_oracle() -> None:
             assert g[column] == sign * math.inf
     fc = oracle.steps[NON_FINITE_STEP].grads["fc.weight"]
     assert fc is not None and bool(torch.isfinite(fc).all())
-    assert not bool(torch.isfinite(oracle.steps[NON_FINITE_STEP].params["gain"]).all())
-    # The step after restores the parameters from before the non-finite step, then trains.
+    undone = oracle.steps[NON_FINITE_STEP].params
+    assert all(torch.equal(undone[n], p) for n, p in before.items())
+    # The step after trains from the restored parameters.
     after = oracle.steps[NON_FINITE_STEP + 1]
+    assert not torch.equal(after.params["fc.weight"], before["fc.weight"])
     assert all(bool(torch.isfinite(p).all()) for p in after.params.values())
     assert all(g is not None and bool(torch.isfinite(g).all()) for g in after.grads.values())
 

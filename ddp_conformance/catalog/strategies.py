@@ -62,7 +62,7 @@ LOW_PRECISION_MODELS = frozenset({"mlp_bfloat16", "mlp_float16"})
 #: imaginary part of a complex bucket, and autocast leaves complex matmuls alone while
 #: casting the float32 head: neither is drawn for them.
 COMPLEX_MODELS = frozenset({"complex"})
-#: A model whose step with non-finite gradients is undone by its ``before_step`` (the
+#: A model whose step with non-finite gradients is undone by its ``after_step`` (the
 #: parameters restored): optimizer state (momentum, Adam) would stay poisoned, and a lossy
 #: hook could overflow a finite gradient to inf where the oracle has none. Plain SGD, no
 #: lossy hook.

@@ -284,6 +284,8 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
         TRACER.phase("optimizer", step)
         clock.enter("steps")
         adapter.step()
+        if spec.after_step is not None:
+            spec.after_step(module, step)
         TRACER.phase("record", step)
         clock.enter("record")
         record.steps.append(StepRecord(grads, adapter.parameters(), adapter.buffers(),

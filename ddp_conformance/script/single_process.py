@@ -104,6 +104,8 @@ class Procedure:
     forward_context: Callable[[], AbstractContextManager[Any]]
     loss: Callable[[Any, Tensor], Tensor]
     before_step: Callable[[nn.Module, int], None] | None
+    #: Right after the optimizer step, before the step is recorded.
+    after_step: Callable[[nn.Module, int], None] | None
     #: The single process's optimizer over the parameters.
     optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
     #: Steps per global rank of the group (Join: fewer for the later ranks).
@@ -160,6 +162,8 @@ def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
                 expected = expected.to_sparse()
             p.grad = None if expected is None else expected.clone()
         optimizer.step()
+        if proc.after_step is not None:
+            proc.after_step(model, step)
         if proc.optimizer_in_backward:
             # An optimizer applied in backward consumes the gradient: DDP steps each
             # parameter after its reduction and sets its .grad to None at the end of

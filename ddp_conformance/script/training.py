@@ -147,6 +147,8 @@ def _step(me: Rank, model: Any, module: nn.Module, opt: Any, step: int,
     grads = {n: None if p.grad is None else p.grad.detach().to_dense().clone()
              for n, p in module.named_parameters()}
     opt.step()
+    if spec.after_step is not None:  # a step undone as soon as it is taken
+        spec.after_step(module, step)
     return grads
 
 

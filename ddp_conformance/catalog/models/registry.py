@@ -33,6 +33,10 @@ class ModelSpec:
     #: step, before ``zero_grad`` (on every rank and in the oracle): how a model changes
     #: between steps, e.g. freezing a parameter (``requires_grad_``) mid-run.
     before_step: Callable[[nn.Module, int], None] | None = None
+    #: ``after_step(module, step)``: called on the unwrapped module right after the
+    #: optimizer step, before the step's parameters are recorded (on every rank and in the
+    #: oracle alike): a step undone as soon as it is taken, e.g. GradScaler's rule.
+    after_step: Callable[[nn.Module, int], None] | None = None
 
 
 MODELS: dict[str, ModelSpec] = {}

@@ -178,8 +178,11 @@ class NonFiniteGain(nn.Module):
     check (``torch.isfinite``) makes the same decision on every rank.
 
     The step taken with those gradients leaves some of ``gain`` non-finite; the model's
-    ``before_step`` then undoes it (:func:`_skip_non_finite_step`), as ``GradScaler.step``
-    would have skipped it: the parameters go back to the copy taken before that step.
+    ``after_step`` undoes it at once (:func:`_skip_non_finite_step`), as ``GradScaler.step``
+    would have skipped it: the parameters go back to the copy taken before that step, and
+    the step is recorded undone. A candidate that skips such a step itself (DeepSpeed's
+    ZeRO optimizer checks the gradients for inf and NaN and skips the step) records the
+    same parameters.
     """
 
     def __init__(self) -> None:
@@ -211,9 +214,10 @@ def _non_finite_batch(gen: torch.Generator, size: int, rank: int, world_size: in
 
 
 def _skip_non_finite_step(module: nn.Module, step: int) -> None:
-    """GradScaler's rule, applied after the fact: if the last step left a non-finite
-    parameter (its gradients were not finite), restore the parameters from before it;
-    otherwise remember them. Run on every rank and in the oracle alike."""
+    """GradScaler's rule, applied right after the step: if it left a non-finite parameter
+    (its gradients were not finite), restore the parameters from before it; otherwise
+    remember them. Run on every rank and in the oracle alike, before the step is recorded.
+    The copy is taken after each finite step, so it holds the parameters before the next."""
     assert isinstance(module, NonFiniteGain)
     params = list(module.parameters())
     with torch.no_grad():
@@ -227,7 +231,7 @@ def _skip_non_finite_step(module: nn.Module, step: int) -> None:
 register(ModelSpec("non_finite_grad", NonFiniteGain, _non_finite_batch, _non_finite_loss,
                    f"the last rank's batch holds inf, -inf and NaN at step {NON_FINITE_STEP}: "
                    f"non-finite gradients everywhere, the step undone",
-                   before_step=_skip_non_finite_step))
+                   after_step=_skip_non_finite_step))
 
 
 # --- buffers of every kind --------------------------------------------------------------------
