@@ -1,0 +1,114 @@
+"""fairscale's ShardedDataParallel: an exception inside ``no_sync()`` leaves reduction off,
+and the construction-time sync leaves non-persistent buffers per rank.
+
+Standalone (torch and fairscale, no harness)::
+
+    python tests/standalone/fairscale_sharded_ddp.py
+
+Two ranks on Gloo (CPU), fairscale 0.4.13, ``ShardedDataParallel(model, OSS(params, SGD))``.
+
+1. ``no_sync`` is a generator context manager without ``try``/``finally``
+   (``self._should_accumulate_grads = True; yield; ... = old``): when the body raises, the
+   restore after ``yield`` never runs. The next backward outside the window should reduce
+   each gradient to its owner (the mean over ranks, as DDP's); it only accumulates locally.
+   ``DistributedDataParallel.no_sync`` restores in ``finally``.
+2. ``sync_models_at_startup`` broadcasts ``module.state_dict()`` (``_sync_params_and_buffers``),
+   which leaves out buffers registered with ``persistent=False``: a non-persistent buffer
+   that differs per rank stays different after construction. DDP's construction broadcasts
+   every buffer of ``module.named_buffers()``.
+
+Prints one line per case (rank 0); exits 1 when ShardedDDP deviated from DDP.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+WORLD = 2
+
+
+class Net(nn.Module):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 2)
+        self.register_buffer("offset", torch.full((2,), float(rank)), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) + self.offset
+
+
+def sharded(rank: int) -> tuple[nn.Module, object]:
+    from fairscale.nn.data_parallel import ShardedDataParallel
+    from fairscale.optim import OSS
+
+    module = Net(rank)
+    oss = OSS(module.parameters(), optim=torch.optim.SGD, lr=0.1)
+    return ShardedDataParallel(module, oss), oss
+
+
+def buffers_after_construction(rank: int, wrap: bool) -> str:
+    module = sharded(rank)[0].module if wrap else nn.parallel.DistributedDataParallel(Net(rank)).module
+    mine = module.offset.clone()
+    every = [torch.zeros_like(mine) for _ in range(WORLD)]
+    dist.all_gather(every, mine)
+    same = all(torch.equal(every[0], b) for b in every)
+    return "equal on every rank" if same else f"differ: {[b.tolist() for b in every]}"
+
+
+def grad_after_exception_in_no_sync(rank: int, wrap: bool) -> str:
+    if wrap:
+        model, _ = sharded(rank)
+    else:
+        model = nn.parallel.DistributedDataParallel(Net(rank))
+    try:
+        with model.no_sync():
+            raise ValueError("raised inside no_sync")
+    except ValueError:
+        pass
+    x = torch.full((3, 4), float(rank + 1))
+    model(x).sum().backward()
+    grad = model.module.fc.weight.grad
+    # The owner of fc.weight (rank 0 with OSS's greedy partition, by size) must hold the
+    # mean over ranks of the local gradients: (1 + 2) / 2 * 3 = 4.5 in every element.
+    mine = torch.zeros(1) if grad is None else grad.detach().clone().flatten()[:1]
+    every = [torch.zeros_like(mine) for _ in range(WORLD)]
+    dist.all_gather(every, mine)
+    values = [float(v[0]) for v in every]
+    return f"fc.weight.grad[0, 0] per rank {values} (the mean over ranks is 4.5)"
+
+
+def worker(rank: int, port: int, out: dict[str, str]) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=WORLD)
+    cases = [("non-persistent buffer, DDP", lambda: buffers_after_construction(rank, False)),
+             ("non-persistent buffer, ShardedDDP", lambda: buffers_after_construction(rank, True)),
+             ("exception in no_sync, DDP", lambda: grad_after_exception_in_no_sync(rank, False)),
+             ("exception in no_sync, ShardedDDP",
+              lambda: grad_after_exception_in_no_sync(rank, True))]
+    for name, run in cases:
+        result = run()
+        if rank == 0:
+            out[name] = result
+            print(f"{name:36s} {result}", flush=True)
+    dist.destroy_process_group()
+
+
+def main() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = mp.Manager().dict()
+    mp.spawn(worker, args=(port, out), nprocs=WORLD, join=True)
+    buffers = out["non-persistent buffer, ShardedDDP"].startswith("differ")
+    no_sync = "[4.5" not in out["exception in no_sync, ShardedDDP"]
+    return 1 if buffers or no_sync else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
