@@ -9,6 +9,7 @@ these records with the oracle and across ranks; a rank never judges itself.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from typing import Any
 
@@ -120,10 +121,24 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
             handle.remove()
     TRACER.phase("record", steps)
     clock.enter("record")
-    record.final_params = adapter.parameters()
-    record.final_buffers = adapter.buffers()
+    try:
+        record.final_params = adapter.parameters()
+        record.final_buffers = adapter.buffers()
+    except Exception:  # noqa: BLE001 - only after the very refusal expected, which stands
+        # The refusal the scenario expects, raised in the middle of a step (the first
+        # forward), can leave a candidate unreadable (FSDP stays in its forward state): the
+        # refusal is the result. Any other error raised in the step stays unexcused.
+        if not _the_expected_refusal(scenario, record.raised):
+            raise
     record.trace = TRACER.take()
     return record
+
+
+def _the_expected_refusal(scenario: Scenario, raised: str) -> bool:
+    """Whether ``raised`` ("Type: message") is the error the scenario names (its
+    ``expect_error`` or ``torch_limit`` pattern)."""
+    patterns = [p for p in (scenario.expect_error, scenario.torch_limit) if p is not None]
+    return bool(raised) and any(re.search(p, raised) for p in patterns)
 
 
 def _wrap(scenario: Scenario, candidate: Candidate, rank: int, module: torch.nn.Module,
