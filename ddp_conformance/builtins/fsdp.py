@@ -126,14 +126,22 @@ class FSDP2Adapter(WrappedModuleAdapter):
         #: (Gloo with CUDA tensors, see the module docstring); None: ``full_tensor()`` as is.
         self._host_mesh = (DeviceMesh.from_group(process_group, "cpu")
                            if gloo_serves_cuda(process_group, device) else None)
+        #: How many no_sync windows are open (nested ones inside the outermost).
+        self._no_sync_depth = 0
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
+        """``set_requires_gradient_sync(False)`` for the window; on exit the state found
+        at entry comes back (sync only when leaving the outermost window), as DDP's nested
+        ``no_sync`` leaves the outer one off."""
+        outer = self._no_sync_depth > 0
+        self._no_sync_depth += 1
         self.wrapped.set_requires_gradient_sync(False)  # type: ignore[operator]
         try:
             yield
         finally:
-            self.wrapped.set_requires_gradient_sync(True)  # type: ignore[operator]
+            self._no_sync_depth -= 1
+            self.wrapped.set_requires_gradient_sync(not outer)  # type: ignore[operator]
 
     def gradients(self) -> dict[str, Tensor | None]:
         return {n: None if p.grad is None else _full_tensor(p.grad, self._host_mesh)
