@@ -119,3 +119,25 @@ def sync_through_no_sync(no_sync: Callable[[], contextlib.AbstractContextManager
                 for grad in gradients():
                     dist.all_reduce(grad, group=process_group)
                     grad.div_(size)
+
+
+class SyncWindows:
+    """``no_sync`` over a framework's ``set_requires_gradient_sync(bool)`` switch (FSDP2's
+    ``fully_shard``, ``replicate``): gradient sync off inside every window, back on only
+    when the outermost window closes, so a nested window leaves the outer one off as DDP's
+    nested ``no_sync`` does (switching sync on at every exit reduced inside the outer one)."""
+
+    def __init__(self, switch: Callable[[bool], None]) -> None:
+        self._switch = switch
+        #: How many windows are open (nested ones inside the outermost).
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def window(self) -> Iterator[None]:
+        self._depth += 1
+        self._switch(False)
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self._switch(self._depth == 0)

@@ -41,14 +41,19 @@ different signature (per flat parameter, not ``GradBucket``), so they are not cl
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ddp_conformance.builtins._common import OptionPolicy, expectations_file, honoured, static_capabilities
+from ddp_conformance.builtins._common import (
+    OptionPolicy,
+    SyncWindows,
+    expectations_file,
+    honoured,
+    static_capabilities,
+)
 from ddp_conformance.contract.adapter import Adapter, WrappedModuleAdapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
@@ -126,22 +131,10 @@ class FSDP2Adapter(WrappedModuleAdapter):
         #: (Gloo with CUDA tensors, see the module docstring); None: ``full_tensor()`` as is.
         self._host_mesh = (DeviceMesh.from_group(process_group, "cpu")
                            if gloo_serves_cuda(process_group, device) else None)
-        #: How many no_sync windows are open (nested ones inside the outermost).
-        self._no_sync_depth = 0
+        self._windows = SyncWindows(self.wrapped.set_requires_gradient_sync)  # type: ignore[arg-type]
 
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """``set_requires_gradient_sync(False)`` for the window; on exit the state found
-        at entry comes back (sync only when leaving the outermost window), as DDP's nested
-        ``no_sync`` leaves the outer one off."""
-        outer = self._no_sync_depth > 0
-        self._no_sync_depth += 1
-        self.wrapped.set_requires_gradient_sync(False)  # type: ignore[operator]
-        try:
-            yield
-        finally:
-            self._no_sync_depth -= 1
-            self.wrapped.set_requires_gradient_sync(not outer)  # type: ignore[operator]
+    def no_sync(self) -> contextlib.AbstractContextManager[None]:
+        return self._windows.window()
 
     def gradients(self) -> dict[str, Tensor | None]:
         return {n: None if p.grad is None else _full_tensor(p.grad, self._host_mesh)

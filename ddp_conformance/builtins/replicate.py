@@ -10,13 +10,19 @@ There is no Join support (the module is not ``Joinable``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from ddp_conformance.builtins._common import OptionPolicy, expectations_file, honoured, static_capabilities
+from ddp_conformance.builtins._common import (
+    OptionPolicy,
+    SyncWindows,
+    expectations_file,
+    honoured,
+    static_capabilities,
+)
 from ddp_conformance.contract.adapter import WrappedModuleAdapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
@@ -38,14 +44,10 @@ class ReplicateAdapter(WrappedModuleAdapter):
             kwargs["device_id"] = device
         self.module = self.wrapped = replicate(module, **kwargs)
         self.capabilities = honoured(POLICY, ddp_options, *FEATURES)
+        self._windows = SyncWindows(self.module.set_requires_gradient_sync)  # type: ignore[arg-type]
 
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        self.module.set_requires_gradient_sync(False)  # type: ignore[operator]
-        try:
-            yield
-        finally:
-            self.module.set_requires_gradient_sync(True)  # type: ignore[operator]
+    def no_sync(self) -> contextlib.AbstractContextManager[None]:
+        return self._windows.window()
 
     def register_comm_hook(self, state: Any, hook: Callable[..., Any]) -> None:
         self.module.register_comm_hook(state, hook)  # type: ignore[operator]
