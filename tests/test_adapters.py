@@ -109,3 +109,33 @@ def test_value_dependent_option_is_not_applicable(adapter_runner: Runner) -> Non
                          and s.id.startswith("buffers/")))
     result = adapter_runner.run_case(broadcast, "fsdp-no-shard")
     assert result.verdict is Verdict.NA and "broadcast_buffers" in result.reason
+
+
+def test_sync_windows_switch_sync_on_only_when_the_outermost_window_closes() -> None:
+    """FSDP2's and replicate's no_sync: a nested window leaves the outer one unsynced, and
+    an exception inside still restores."""
+    from ddp_conformance.builtins._common import SyncWindows
+
+    calls: list[bool] = []
+    windows = SyncWindows(calls.append)
+    with windows.window():
+        with windows.window():
+            pass
+        assert calls == [False, False, False]  # the inner exit keeps sync off
+    assert calls[-1] is True
+    with pytest.raises(ValueError), windows.window():
+        raise ValueError("inside")
+    assert calls[-2:] == [False, True]
+
+
+def test_only_the_refusal_the_scenario_names_excuses_an_unreadable_candidate() -> None:
+    from ddp_conformance.catalog.scenario import Scenario
+    from ddp_conformance.ranks.engine import _the_expected_refusal
+
+    refused = Scenario("t", "sync_bn", expect_error=r"SyncBatchNorm")
+    assert _the_expected_refusal(refused, "ValueError: SyncBatchNorm expected input on GPU")
+    assert not _the_expected_refusal(refused, "RuntimeError: size mismatch")
+    assert not _the_expected_refusal(refused, "")
+    limit = Scenario("t", "gpt", torch_limit=r"mark a variable ready only once")
+    assert not _the_expected_refusal(limit, "RuntimeError: Expected weight to be of same shape")
+    assert not _the_expected_refusal(Scenario("t", "mlp"), "RuntimeError: anything")
