@@ -88,9 +88,9 @@ def bypass(ctx: Context) -> str | None:
     """Why the trace cannot judge this run (None: it can): the scenario trains, its
     traced volume means something (``Scenario.trace_volume``: not under PowerSGD, whose
     compressed volume is a fraction of the gradients', nor ``noop_hook``, which reduces
-    nothing, nor for sparse gradients, which are gathered), its gradients were
-    on every rank of the group the synced backwards reduced far fewer gradient elements
-    through the traced group than they needed (:data:`FAR_FEWER`; none at all,
+    nothing, nor for sparse gradients, which are gathered), and on every rank of the
+    group the synced backwards reduced far fewer gradient elements through the traced
+    group than they needed (:data:`FAR_FEWER`; none at all,
     typically), whatever the ranks' gradients hold afterwards. Whether they agree says
     nothing of the route: a candidate that reduces through its own group and has a
     defect elsewhere (a parameter left ``None`` on some ranks) leaves them disagreeing,

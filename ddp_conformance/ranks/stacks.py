@@ -18,6 +18,7 @@ C10D_COLLECTIVES = frozenset({
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter",
     "barrier", "monitored_barrier", "send", "recv", "all_gather_object", "gather_object",
     "broadcast_object_list", "scatter_object_list", "batch_isend_irecv"})
+_IN_C10D = frozenset(("distributed_c10d.py", name) for name in C10D_COLLECTIVES)
 #: Where a main thread creating a process group waits for the group's other ranks: c10d's
 #: helper (a backend's constructor connects through the store, below Python) and its store
 #: barrier, and the harness's tracing backend, which creates the real group for it.
@@ -55,24 +56,22 @@ def innermost_frame(stack: str) -> str:
     return where
 
 
+def _innermost_at(stack: str, places: frozenset[tuple[str, str]]) -> str | None:
+    """Where the main thread is (:func:`innermost_frame`) if its innermost frame is one of
+    ``places`` (file name, function name); else None."""
+    _, frames = _main_frames(stack)
+    if not frames or (os.path.basename(frames[0]["path"]), frames[0]["func"]) not in places:
+        return None
+    return innermost_frame(stack)
+
+
 def in_collective(stack: str) -> str | None:
     """If the main thread waits in one of torch.distributed's Python collectives, where
     (``all_reduce (distributed_c10d.py:3252) called from __exit__ (join.py:274)``)."""
-    _, frames = _main_frames(stack)
-    if not frames:
-        return None
-    top = frames[0]
-    if os.path.basename(top["path"]) != "distributed_c10d.py" or \
-            top["func"] not in C10D_COLLECTIVES:
-        return None
-    return innermost_frame(stack)
+    return _innermost_at(stack, _IN_C10D)
 
 
 def in_group_creation(stack: str) -> str | None:
     """If the main thread is creating a process group (waiting, if it is still there, for
     the group's other ranks to create it too), where."""
-    _, frames = _main_frames(stack)
-    if not frames or (os.path.basename(frames[0]["path"]), frames[0]["func"]) \
-            not in GROUP_CREATION:
-        return None
-    return innermost_frame(stack)
+    return _innermost_at(stack, GROUP_CREATION)

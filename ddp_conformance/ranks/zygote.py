@@ -177,7 +177,10 @@ class Zygote:
         except subprocess.TimeoutExpired:
             return "its process still runs"
         if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:  # a signal Python has no name for (a real-time one)
+                return f"killed by signal {-code}"
         return f"exit code {code}"
 
     def _tail(self) -> str:
