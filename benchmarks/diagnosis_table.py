@@ -2,6 +2,7 @@
 
     python benchmarks/diagnosis_table.py [--scope planted|families|catalog] [--timeout S]
                                          [--write docs/diagnosis.md]
+    python benchmarks/diagnosis_table.py --readme   # README.md's short table, from the page
 
 Runs every defective DDP of ``tests/diagnosed.py`` (one planted defect each) and the correct
 ones on the chosen scenarios (``planted``: the few the tests use; ``families``: those plus
@@ -147,13 +148,50 @@ def document(table: str, scope: str, seconds: float) -> str:
             + table + "\n")
 
 
+#: Where README.md holds its short form of the table (:func:`readme_table`).
+README_MARKS = ("<!-- diagnosis table: benchmarks/diagnosis_table.py --readme -->",
+                "<!-- end of the diagnosis table -->")
+
+
+def readme_table(doc: str) -> str:
+    """README's short form of docs/diagnosis.md's table (``doc``, the page's text): DDP
+    (class name), planted defect, first finding, cases explained; the correct DDPs on one
+    row."""
+    lines = doc.split("## Defective DDPs and what the diagnosis names", 1)[1].splitlines()
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")]
+             for line in lines if line.startswith("| ")][1:]
+    defective = [[f"`{r[0].strip('`').rsplit(':', 1)[-1]}`", r[1], r[3], r[4]]
+                 for r in cells if r[1] != "none (correct)"]
+    correct = ", ".join(r[0].strip("`").rsplit(":", 1)[-1] for r in cells
+                        if r[1] == "none (correct)")
+    findings = {r[3] for r in cells if r[1] == "none (correct)"}
+    body = defective + [[correct, "none (correct)", " ".join(sorted(findings)), "-"]]
+    return markdown_table(["DDP", "planted defect", "first finding", "cases explained"], body)
+
+
+def update_readme(path: str, doc: str) -> None:
+    """Replace README's table (between :data:`README_MARKS`) by :func:`readme_table`."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    head, rest = text.split(README_MARKS[0], 1)
+    tail = rest.split(README_MARKS[1], 1)[1]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{head}{README_MARKS[0]}\n{readme_table(doc)}\n{README_MARKS[1]}{tail}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scope", choices=("planted", "families", "catalog"),
                         default="families")
     parser.add_argument("--timeout", type=float, default=8.0)
     parser.add_argument("--write", metavar="FILE")
+    parser.add_argument("--readme", action="store_true",
+                        help="only rewrite README.md's short table from docs/diagnosis.md")
     args = parser.parse_args()
+    if args.readme:
+        with open(os.path.join(ROOT, "docs", "diagnosis.md"), encoding="utf-8") as f:
+            update_readme(os.path.join(ROOT, "README.md"), f.read())
+        return
     started = time.monotonic()
     table = markdown_table(HEADER, rows(args.scope, args.timeout))
     took = time.monotonic() - started

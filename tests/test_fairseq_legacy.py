@@ -3,7 +3,8 @@
 It copies gradients into one flat buffer chunk after chunk, reduces the whole buffer each
 time (a tail stale from the previous chunk, or never written) and reduces a gradient
 larger than the buffer straight from ``.grad``. Every value is right there, so no
-``trace.*`` check may fail it; its real defects still fail on values. Double reducers
+``trace.*`` check may fail it; its real defects still fail on values, and its reduction
+repeated by every nested backward of a reentrant checkpoint on the trace. Double reducers
 (``tests/flat_buffer.py``) still fail ``trace.reduced_once``. ``DDP_CONFORMANCE_FAIRSEQ_ALL=1``
 runs the whole catalog at 2, 3 and 4 ranks (about a minute per world size) and asserts
 that no FAIL there rests on trace checks alone.
@@ -32,7 +33,10 @@ DEFECTS = {"init-sync/per-rank-weights": "init.param",          # no initial bro
            "buffers/conv-bn-broadcast": "oracle.buffer",         # buffers never broadcast
            "unused/always-and-alternate": "oracle.grad_none",    # zeros for unused
            "values/bfloat16-beside-float32": "oracle.grad",      # first parameter's dtype
-           "no-sync/exception-inside": "oracle.grad"}            # no_sync without finally
+           "no-sync/exception-inside": "oracle.grad",            # no_sync without finally
+           # its reduction queued per autograd run: a reentrant checkpoint's nested
+           # backwards reduce the whole buffer again (3 times for the GPT's 2 blocks)
+           "procedures/checkpoint-reentrant": "trace.reduced_once"}
 
 
 @pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda n: f"{n}ranks")
@@ -90,8 +94,11 @@ def test_options_it_never_reads_make_their_misuse_and_wire_dtype_not_applicable(
 @pytest.mark.skipif(not os.environ.get("DDP_CONFORMANCE_FAIRSEQ_ALL"),
                     reason="the whole catalog: DDP_CONFORMANCE_FAIRSEQ_ALL=1")
 def test_no_fail_of_the_whole_catalog_rests_on_trace_checks_alone(runner: Runner) -> None:
+    """Apart from the reentrant checkpoints, where its reductions really are repeated."""
     trace_only = []
     for scenario in CATALOG.values():
+        if scenario.id.startswith("procedures/checkpoint-reentrant"):
+            continue
         result = runner.run_case(scenario, FAIRSEQ)
         checks = _checks(result)
         if result.verdict is Verdict.FAIL and checks and all(c.startswith("trace.")

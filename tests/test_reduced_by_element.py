@@ -23,6 +23,7 @@ from ddp_conformance.judge.verdict import Verdict
 from ddp_conformance.ranks.tracing import REDUCING, Collective
 from ddp_conformance.runner import Runner
 from ddp_conformance.script.extents import reduced_extents
+from ddp_conformance.script import trace_rules as rules
 from ddp_conformance.script.summed_memory import coverage
 
 from .judge.world import make_world
@@ -240,3 +241,31 @@ def test_a_sharded_candidate_may_pad_each_parameter_s_rows_to_the_group_size() -
     assert "trace.reduced_once" not in world.failed()
     world.set_trace(scatter(64 + 8))  # beyond two rows of padding and the per-collective slack
     assert "trace.reduced_once" in world.failed()
+
+
+def _refilled(numel: int) -> list[Collective]:
+    """One backward's two allreduces of the first ``numel`` float32 elements of one buffer,
+    the second over memory the first summed, its blocks rewritten since."""
+    span = ((7, 0, 4 * numel),)
+    first = Collective(0, 0, "backward", "allreduce", "float32", numel, 2, 4 * numel,
+                       extents=span, blocks=("a",))
+    again = Collective(0, 0, "backward", "allreduce", "float32", numel, 2, 4 * numel,
+                       extents=span, again=((7, 0, 4 * numel, ("b",)),), blocks=("b",))
+    return [first, again]
+
+
+def test_a_refilled_buffer_is_a_staging_buffer_only_where_the_gradients_do_not_fit() -> None:
+    """Contents rewritten since the first reduction excuse memory summed again only for a
+    buffer smaller than the gradients; one with room for all of them, refilled and summed
+    again in the same backward (a reduction per nested backward of a reentrant checkpoint),
+    carries gradients already reduced."""
+    rewritten = lambda position, entry, block: True  # noqa: E731 - every block differs
+    small = coverage(_refilled(3), rewritten)
+    assert small.twice == () and small.refilled and small.room == 3
+    assert rules.reduced_once(small, needed=4, whole=4, slack=1) == (True, True)
+    roomy = coverage(_refilled(4), rewritten)
+    assert roomy.twice == () and roomy.redone(4) == roomy.refilled and roomy.room == 4
+    assert rules.reduced_once(roomy, needed=4, whole=4, slack=1) == (False, False)
+    why = rules.reduced_once_failure(roomy, 4, 4, 4, {"w": torch.ones(4)})
+    assert "room for all 4 of the model's" in why and "reduced again" in why
+    assert roomy.redone(5) == ()  # a model of 5 elements would not fit: staging again

@@ -90,6 +90,20 @@ class Coverage:
     #: on distinct memory is broken only with such evidence where contents are judged:
     #: a buffer reduced whole once may have a tail that never held a gradient.
     settled: int | None = None
+    #: The entries of memory summed again that ``restaged`` tolerates (refilled staging
+    #: buffers), and the most distinct elements one such buffer summed in the backward.
+    refilled: tuple[SummedTwice, ...] = ()
+    room: int = 0
+
+    def redone(self, whole: int) -> tuple[SummedTwice, ...]:
+        """The refilled memory that is a second reduction all the same: a buffer refilled
+        and summed again although it had room for all ``whole`` elements of the model's
+        gradients. A staging buffer is reused within a backward only because the gradients
+        do not fit in it; one that holds them all and is summed again carries gradients
+        already reduced (a reduction per nested backward of a reentrant checkpoint, each
+        over the whole buffer refilled from the gradients it reduced before), even where
+        the refill rewrote it, bitwise, with what the earlier reduction left."""
+        return self.refilled if self.room >= whole else ()
 
 
 #: ``fresh(position, entry, block)``: whether block ``block`` of the ``entry``-th
@@ -177,8 +191,10 @@ def coverage(reductions: Iterable[Collective], fresh: Fresh | None = None) -> Co
     buffers = {entry[0] for i, c in enumerate(mine) if carries[i] for entry in c.again}
     settled = (sum(_settled(c, i, fresh) for i, c in enumerate(mine))
                if all(c.blocks for c in mine) else None)
+    refilled = tuple(t for t in twice if carries[t.second])
     return Coverage(calls, summed, distinct, kept, restaged, proven,
-                    sum(by_storage[s] for s in buffers), settled)
+                    sum(by_storage[s] for s in buffers), settled, refilled,
+                    max((by_storage[s] for s in buffers), default=0))
 
 
 def backward_reductions(trace: Iterable[Collective]) -> dict[tuple[int, int], list[Collective]]:

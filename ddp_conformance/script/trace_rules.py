@@ -170,11 +170,14 @@ def reduced_once(cov: Coverage, needed: int, whole: int, slack: int) -> tuple[bo
     ``reused``: memory summed again by a staging buffer refilled since (judged by
     contents: :mod:`.summed_memory`), or, where contents cannot speak
     (``cov.proven`` false), by one smaller than the gradients (its distinct memory falls
-    short of what was needed); neither is counted as twice."""
+    short of what was needed); neither is counted as twice, unless the refilled buffer
+    had room for all ``whole`` elements (:meth:`~.summed_memory.Coverage.redone`)."""
+    redone = cov.redone(whole)  # refilled, though every gradient fitted: reduced again
     short = bool(cov.twice) and cov.distinct < needed and not cov.proven
-    reused = short or cov.restaged > 0
-    twice = bool(cov.twice) and not short
-    over = cov.distinct - cov.staging > whole + slack and cov.settled != 0
+    reused = short or (cov.restaged > 0 and not redone)
+    twice = (bool(cov.twice) and not short) or bool(redone)
+    over = (cov.distinct - (0 if redone else cov.staging) > whole + slack
+            and cov.settled != 0)
     return needed <= cov.summed and not over and not twice, reused
 
 
@@ -198,6 +201,12 @@ def reduced_once_failure(cov: Coverage, needed: int, full: int, whole: int,
     if cov.summed < needed:
         return (f"reduced {cov.summed} of the {needed} gradient elements defined on some "
                 f"rank (the model has {full}; some gradients never synchronised)")
+    redone = cov.redone(whole)
+    if redone:
+        first = redone[0]
+        return (f"reduced the same memory more than once: {first.describe()} (a buffer of "
+                f"{cov.room} elements, room for all {whole} of the model's, refilled and "
+                f"reduced again in one backward: gradients already reduced, reduced again)")
     if cov.twice and cov.proven:
         first = cov.twice[0]
         return (f"reduced the same memory more than once: {first.describe()}"

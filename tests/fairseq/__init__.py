@@ -24,18 +24,19 @@ from .legacy_distributed_data_parallel import LegacyDistributedDataParallel
 class _Hooked(LegacyDistributedDataParallel):
     def __init__(self, module: nn.Module, process_group: Any, buffer_size: int) -> None:
         super().__init__(module, process_group, buffer_size)
-        self._queued = False
+        self._queued: set[int] = set()
         for p in module.parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._queue)
 
     def _queue(self, _: torch.Tensor) -> None:
-        if not self._queued:
-            self._queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._reduce)
+        task = torch._C._current_graph_task_id()
+        if task not in self._queued:
+            self._queued.add(task)
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: self._reduce(task))
 
-    def _reduce(self) -> None:
-        self._queued = False
+    def _reduce(self, task: int) -> None:
+        self._queued.discard(task)
         self.all_reduce_grads()
 
 

@@ -97,5 +97,6 @@ def _judge_backward(ctx: Context, where: tuple[int, int, int], cov: Coverage, ne
     if not ok:
         why = rules.reduced_once_failure(cov, needed, full, whole, oracle.initial_params)
         ev.fail("trace.reduced_once", f"{place}: backward {why} in {cov.calls} collective(s)",
-                step, rank, detail="\n".join(t.describe() for t in cov.twice[:8]))
+                step, rank, detail="\n".join(t.describe()
+                                              for t in (cov.twice + cov.redone(whole))[:8]))
     return noted
