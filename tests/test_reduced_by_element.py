@@ -22,8 +22,8 @@ from ddp_conformance.judge.trace_blind import NOT_APPLIED
 from ddp_conformance.judge.verdict import Verdict
 from ddp_conformance.ranks.tracing import REDUCING, Collective
 from ddp_conformance.runner import Runner
-from ddp_conformance.script.extents import reduced_extents
 from ddp_conformance.script import trace_rules as rules
+from ddp_conformance.script.extents import reduced_extents
 from ddp_conformance.script.summed_memory import coverage
 
 from .judge.world import make_world
