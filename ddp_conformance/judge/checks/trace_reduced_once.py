@@ -37,8 +37,11 @@ def reduced_once(ctx: Context) -> None:
       the needed gradients: a bucket or a gradient reduced again (evidence: the two
       reductions and the buffer's elements). A staging buffer reused because it is
       smaller than the gradients (fairseq with a small ``buffer_size``) is told apart by
-      that: its distinct memory falls short of what was needed; its stale tails are then
-      not counted (a note says so);
+      that: its distinct memory falls short of what was needed, or, where every rank's
+      trace is at hand, its contents were rewritten with local gradients since; its stale
+      tails are then not counted (a note says so). A refilled buffer with room for all the
+      model's gradients is no staging buffer: summed again in the same backward (once per
+      nested backward of a reentrant checkpoint), it carries gradients already reduced;
     - at most as many distinct elements as the whole model's parameters, frozen ones
       included (a flat buffer over every parameter, reduced whole, as fairseq's legacy
       DDP does: its padding is memory summed once, not a gradient reduced twice), plus
