@@ -31,3 +31,16 @@ def test_every_planted_defect_is_the_first_finding_in_the_table() -> None:
     expected, first = header.index("expected"), header.index("first finding")
     assert sum(r[1] != "none (correct)" for r in rows) >= 15
     assert all(r[expected] == r[first] for r in rows), [r for r in rows if r[expected] != r[first]]
+
+
+def test_the_readme_s_scenario_counts_are_the_catalog_s() -> None:
+    """"About N scenarios (M more behind `--slow`)": N within 10 of the default catalog."""
+    import re
+
+    from ddp_conformance.catalog.loader import load_catalog
+
+    found = re.search(r"About (\d+) scenarios \((\d+) more behind `--slow`\)", README)
+    assert found, "README no longer says how many scenarios there are"
+    catalog = load_catalog()
+    slow = sum(s.slow for s in catalog)
+    assert abs(int(found[1]) - (len(catalog) - slow)) <= 10 and int(found[2]) == slow
