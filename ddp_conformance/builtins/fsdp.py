@@ -20,6 +20,14 @@ FSDP2: ``fully_shard(module, mesh=DeviceMesh.from_group(process_group, device_ty
 shards every parameter as a ``DTensor``; gradient accumulation without communication is
 ``set_requires_gradient_sync(False)``; full tensors come from ``DTensor.full_tensor()``.
 ``fully_shard`` has no init sync: each rank keeps its shard of its *own* initial weights.
+``find_unused_parameters=True`` is ``set_reduce_scatter_unused_params(True)`` (torch's
+docstring: "Similar to DDP's find_unused_parameters"): each rank reduce-scatters only the
+parameters that have a gradient on it unless that is set, so ranks that used different
+parameters issue mismatched reduce-scatters (Gloo aborts where the sizes differ, and where
+they agree the ranks sum different parameters' gradients together); set, every rank
+reduce-scatters every parameter that requires a gradient, a zero one where it has none,
+and a parameter no rank used gets a zero gradient where DDP leaves None
+(``tests/standalone/fsdp2_unused_params.py``).
 
 Gloo with CUDA tensors (``--device cuda``): FSDP2's own collectives take Gloo paths that
 stage CUDA tensors through pinned host memory (all-gather, reduce-scatter as all-reduce),
@@ -33,8 +41,9 @@ So on Gloo with CUDA the adapter reads full tensors through the CPU: each rank's
 shard is copied to the host, gathered as a DTensor on a CPU mesh over the same group (the
 path every CPU run takes), and copied back to the rank's device. CPU runs are unchanged.
 
-Neither has DDP's constructor options: they handle parameters without gradients natively
-(``find_unused_parameters`` either way is accepted as "native"), never broadcast buffers
+Neither has DDP's constructor options: FSDP1 handles parameters without gradients natively
+(``find_unused_parameters`` either way is accepted as "native"; for FSDP2 see above), never
+broadcast buffers
 (only ``broadcast_buffers=False`` is honoured), and have no Join. Comm hooks exist with a
 different signature (per flat parameter, not ``GradBucket``), so they are not claimed.
 """
@@ -126,6 +135,8 @@ class FSDP2Adapter(WrappedModuleAdapter):
 
         mesh = DeviceMesh.from_group(process_group, device.type)
         self.module = self.wrapped = cast(nn.Module, fully_shard(module, mesh=mesh))
+        if ddp_options.get("find_unused_parameters"):  # see the module docstring
+            self.wrapped.set_reduce_scatter_unused_params(True)  # type: ignore[operator]
         self.capabilities = honoured(POLICY, ddp_options, *FEATURES)
         #: Where full tensors are gathered when the group cannot gather them on ``device``
         #: (Gloo with CUDA tensors, see the module docstring); None: ``full_tensor()`` as is.

@@ -100,8 +100,9 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
 
     TRACER.phase("record")
     clock.enter("record")
-    record = RankRecord(rank, initial_params=adapter.parameters(), initial_buffers=adapter.buffers(),
-                        unread_options=tuple(getattr(adapter, "unread_options", ())))
+    record = _initial_record(scenario, adapter, rank)
+    if record.accepted:
+        return record
     at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
     hooks = [_snapshot_buffers_at_forward(module, at_forward)]
     steps = scenario.steps_for(group_rank)
@@ -132,6 +133,25 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
             raise
     record.trace = TRACER.take()
     return record
+
+
+def _initial_record(scenario: Scenario, adapter: Adapter, rank: int) -> RankRecord:
+    """The rank's record with the state the candidate starts from.
+
+    Where the scenario expects a refusal and the candidate constructed without one, a
+    state the harness cannot read (the uninitialized parameters of a lazy module it
+    accepted: torch's ``UninitializedParameter`` raises at ``detach``) ends the rank
+    there with the record's ``accepted``: the missing refusal is the result, judged FAIL
+    by ``expected_error``, not an ERROR of the harness's read.
+    """
+    try:
+        params, buffers = adapter.parameters(), adapter.buffers()
+    except Exception as exc:  # noqa: BLE001 - only where the scenario expects a refusal
+        if scenario.expect_error is None:
+            raise
+        return RankRecord(rank, accepted=f"{type(exc).__name__}: {exc}", trace=TRACER.take())
+    return RankRecord(rank, initial_params=params, initial_buffers=buffers,
+                      unread_options=tuple(getattr(adapter, "unread_options", ())))
 
 
 def _the_expected_refusal(scenario: Scenario, raised: str) -> bool:

@@ -39,6 +39,10 @@ class RankRecord:
     final_buffers: Tensors = field(default_factory=dict)
     #: "Type: message" of the error this rank raised where the scenario expects one.
     raised: str = ""
+    #: Where the scenario expects a refusal: the candidate constructed without refusing,
+    #: and reading its state right after raised this ("Type: message", e.g. torch's
+    #: ``UninitializedParameter`` of a lazy module it accepted); the rank stopped there.
+    accepted: str = ""
     #: The rank is in none of the scenario's process groups: it trained nothing.
     idle: bool = False
     #: The scenario's DDP options nothing in the candidate reads (``Adapter.unread_options``).

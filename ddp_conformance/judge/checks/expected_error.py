@@ -32,7 +32,11 @@ def expected_error(ctx: Context) -> None:
     pattern = scenario.expect_error if scenario.expect_error is not None else scenario.torch_limit
     limit = scenario.expect_error is None
     for rank, rec in sorted(ctx.records.items()):
-        if not rec.raised:
+        if rec.accepted:
+            ev.fail("expected_error", f"rank {rank} accepted what torch refuses (torch's: "
+                    f"{pattern!r}): it constructed, and reading its state then raised "
+                    f"{_first_sentence(rec.accepted)}", None, rank)
+        elif not rec.raised:
             ev.fail("expected_error",
                     f"rank {rank} went on while other ranks refused (torch's limit here: "
                     f"{pattern!r}); a refusal must be on every rank" if limit else
@@ -44,3 +48,10 @@ def expected_error(ctx: Context) -> None:
         elif ctx.strict_messages and pattern is not None and not re.search(pattern, rec.raised):
             ev.fail("expected_error", f"rank {rank} raised {rec.raised!r}; --strict-messages "
                     f"expects torch's message, matching {pattern!r}", len(rec.steps), rank)
+
+
+def _first_sentence(raised: str) -> str:
+    """An error as a rank records it ("Type: message"), up to the end of its first
+    sentence (torch's ``UninitializedParameter`` goes on for three more)."""
+    head, dot, _ = raised.splitlines()[0].partition(". ") if raised else ("", "", "")
+    return head + dot.strip()
