@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.autograd import Variable
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parameter import is_lazy
 
 # --- comm hooks (torch checks a hook's annotations: none here) ------------------------------
 
@@ -282,8 +283,12 @@ class ScratchDDP(nn.Module):
         self.module = module
         self.process_group = process_group
         self._queued = False
+        self.attach()
+
+    def attach(self) -> None:
+        """Rank 0's parameters and buffers on every rank; the gradient hooks."""
         self.init_sync()
-        for p in module.parameters():
+        for p in self.module.parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._on_grad)
 
@@ -346,6 +351,23 @@ class ScratchUnusedLocallyStaysNone(ScratchDDP):
     def write(self, p: nn.Parameter, reduced: torch.Tensor, used_somewhere: bool) -> None:
         if p.grad is not None:
             p.grad = reduced.clone()
+
+
+class ScratchAcceptsLazy(ScratchDDP):
+    """Accepts a module with uninitialized (lazy) parameters where DDP's constructor
+    refuses it: its broadcast and gradient hooks wait for the first forward, which
+    initializes them (a pre-hook after the lazy modules' own)."""
+
+    def attach(self) -> None:
+        if not any(is_lazy(p) for p in self.module.parameters()):
+            super().attach()
+            return
+
+        def at_first_forward(*_: Any) -> None:
+            handle.remove()
+            ScratchDDP.attach(self)
+
+        handle = self.module.register_forward_pre_hook(at_first_forward)
 
 
 class ScratchAveragesParameters(ScratchDDP):
@@ -449,6 +471,9 @@ PLANTED: tuple[Planted, ...] = (
             ("join/uneven-divide-by-initial",)),
     Planted(_D + "AcceptsSecondCommHook", "a second register_comm_hook is ignored",
             "api-refusal-missing", ("errors/comm-hook-registered-twice",)),
+    Planted(_S + "ScratchAcceptsLazy", "accepts a module with uninitialized (lazy) "
+            "parameters (from scratch)", "api-refusal-missing",
+            ("surface/uninitialized-parameters",)),
     Planted(_D + "RaisesOnRank1", "rank 1 raises in its second forward", "raises",
             ("gradients/mlp-sgd",)),
     Planted(_S + "MismatchedBucketOnRank1", "rank 1 reduces one element less", "crash",
@@ -460,8 +485,10 @@ PLANTED: tuple[Planted, ...] = (
 )
 
 #: Correct DDPs: no finding anywhere, and the scenarios the test runs them on.
+#: (Torch's DDP and the reference refuse the lazy module: a PASS.)
+LAZY = "surface/uninitialized-parameters"
 _PLAIN = ("gradients/mlp-sgd-momentum", "buffers/conv-bn-broadcast", "no-sync/window-of-3")
 CORRECT: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("torch", _PLAIN), ("reference", _PLAIN), (_S + "TinyBuckets", _PLAIN),
+    ("torch", (*_PLAIN, LAZY)), ("reference", (*_PLAIN, LAZY)), (_S + "TinyBuckets", _PLAIN),
     (_S + "BucketViews", _PLAIN), (_S + "PassThroughHook", _PLAIN),
 )

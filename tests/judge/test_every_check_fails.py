@@ -201,6 +201,19 @@ def test_an_expected_error_with_the_wrong_message_fails_under_strict_messages() 
     assert "--strict-messages" in world.evidence.failures[0].message
 
 
+def test_a_candidate_that_accepted_what_torch_refuses_fails_even_with_the_refusal_text() -> None:
+    world = make_world(EXPECTS_ERROR)
+    world.records[0].raised = "RuntimeError: boom"
+    # Rank 1 constructed; reading its (lazy) parameters then raised the very words
+    # torch's refusal would carry: no refusal of the candidate's, whatever they say.
+    world.records[1].accepted = ("ValueError: Attempted to use an uninitialized parameter "
+                                 "in detach. This error happens...")
+    assert world.failed() == {"expected_error"}
+    (failure,) = world.evidence.failures
+    assert failure.rank == 1 and "accepted what torch refuses" in failure.message
+    assert failure.message.endswith("uninitialized parameter in detach.")
+
+
 def test_strict_profile_reports_bucket_layouts_otherwise_notes_them() -> None:
     world = make_world()
     trace_buckets(world)
