@@ -134,6 +134,7 @@ class FSDP2Adapter(WrappedModuleAdapter):
         from torch.distributed.fsdp import fully_shard
 
         mesh = DeviceMesh.from_group(process_group, device.type)
+        self.process_group = process_group
         self.module = self.wrapped = cast(nn.Module, fully_shard(module, mesh=mesh))
         if ddp_options.get("find_unused_parameters"):  # see the module docstring
             self.wrapped.set_reduce_scatter_unused_params(True)  # type: ignore[operator]
@@ -148,8 +149,22 @@ class FSDP2Adapter(WrappedModuleAdapter):
         return self._windows.window()
 
     def gradients(self) -> dict[str, Tensor | None]:
-        return {n: None if p.grad is None else _full_tensor(p.grad, self._host_mesh)
-                for n, p in self.module.named_parameters()}
+        """Each rank's gradients, gathered whole: None where this rank's ``.grad`` is None.
+        Every rank gathers every gradient some rank holds (one int all-reduce says which),
+        a rank without it with a zero shard: where ranks disagree on which gradients exist
+        (their reduce-scatters covered different parameters), gathering only their own
+        would pair one parameter's shards with another's, or never return."""
+        params = list(self.module.named_parameters())
+        flags = torch.device("cpu") if self._host_mesh is not None else params[0][1].device
+        held = torch.tensor([p.grad is not None for _, p in params], dtype=torch.int32,
+                            device=flags)
+        dist.all_reduce(held, op=dist.ReduceOp.MAX, group=self.process_group)
+        out: dict[str, Tensor | None] = {}
+        for (n, p), anywhere in zip(params, held.tolist(), strict=True):
+            grad = p.grad if p.grad is not None or not anywhere else torch.zeros_like(p)
+            full = None if grad is None else _full_tensor(grad, self._host_mesh)
+            out[n] = None if p.grad is None else full
+        return out
 
     def parameters(self) -> dict[str, Tensor]:
         return {n: _full_tensor(p, self._host_mesh) for n, p in self.module.named_parameters()}
