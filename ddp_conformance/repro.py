@@ -37,6 +37,7 @@ bucket-layout check and the cross-rank trace-consistency check.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -56,6 +57,7 @@ from ddp_conformance.catalog.tables import scenario_case
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.tolerance import RTOL
+from ddp_conformance.repro_prune import pruned
 from ddp_conformance.script import reproducer
 from ddp_conformance.script.case import Case
 
@@ -403,7 +405,7 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
              inspect.getsource(sync_strategy.forced_sync_gradients).strip(), body,
              "# --- the case " + "-" * 76,
              f"CANDIDATE = {(module_name, attr)!r}  # module, attribute",
-             f"CASE = {pprint.pformat(case, width=96, compact=True)}",
+             f"CASE = {case_literal(case)}",
              'if __name__ == "__main__":\n'
              "    run(CASE, SPEC, CANDIDATE, comm_hook, forced_sync_gradients)\n"]
     script = "\n\n\n".join(parts)
@@ -411,7 +413,19 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
     if twice:
         raise UsageError(f"repro: the code of model {scenario.model!r} defines {twice[0]!r}, "
                          "which the script defines too")
-    return script
+    return pruned(script, {f.name: getattr(case, f.name) for f in dataclasses.fields(case)})
+
+
+def case_literal(case: Case) -> str:
+    """``Case(...)`` with the fields that differ from their defaults, as ``pprint`` lays
+    them out."""
+    changed = {f.name: getattr(case, f.name) for f in dataclasses.fields(case)
+               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+               or getattr(case, f.name) != (f.default if f.default is not dataclasses.MISSING
+                                            else f.default_factory())}
+    fields = [f"    {k}=" + pprint.pformat(v, width=90 - len(k), compact=True).replace(
+        "\n", "\n" + " " * (len(k) + 5)) for k, v in changed.items()]
+    return "Case(\n" + ",\n".join(fields) + ")"
 
 
 def _path(module: str | None) -> str:

@@ -1,0 +1,221 @@
+"""A reproducer's code cut to what its case runs: :func:`pruned`.
+
+The script ``repro`` assembles is the harness's code (``ddp_conformance/script/``, the
+model's, the comm hook's). :func:`pruned` keeps of it what the case reaches:
+
+- ``if`` branches on the case's settings that the case does not take are dropped
+  (:func:`folded`: a test on ``case.<field>`` whose value the ``CASE`` literal fixes:
+  ``case.f``, ``not case.f``, ``case.f is None``, ``case.f is not None``, ``case.f == c``);
+- then only the top-level definitions reachable by name from the statements that run
+  (the imports' users, the ``__main__`` block, ``CASE``) stay, and only the imports that
+  something kept uses;
+- docstrings, comments and blank lines inside definitions go (one blank line between
+  top-level statements); the script's own header, its module docstring, stays.
+
+Every kept line is the source's own line, so the script reads as the harness's code.
+"""
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from collections.abc import Iterator
+from typing import Any
+
+#: The parameter name the script's functions give the case.
+CASE_NAME = "case"
+
+
+def pruned(script: str, settings: dict[str, Any]) -> str:
+    """``script`` with what the case with ``settings`` (its fields) does not run left out."""
+    script = folded(script, settings)
+    tree = ast.parse(script)
+    lines = script.splitlines()
+    kept, used = _reachable(tree.body)
+    parts = []
+    for i, node in enumerate(tree.body):
+        if i == 0 and _is_docstring(node):
+            parts.append(_source(lines, node))  # the header
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            text = _used_import(node, used)
+            if text:
+                parts.append(text)
+        elif id(node) in kept:
+            parts.append(_stripped(_source(lines, node)))
+    return _joined(parts)
+
+
+def _joined(parts: list[str]) -> str:
+    """Imports one per line; every other statement after a blank line."""
+    out: list[str] = []
+    for part in parts:
+        single_import = part.startswith(("import ", "from ")) and "\n" not in part
+        if out and not (single_import and out[-1].startswith(("import ", "from "))):
+            out.append("")
+        out.append(part)
+    return "\n".join(out) + "\n"
+
+
+def _source(lines: list[str], node: ast.stmt) -> str:
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return "\n".join(lines[first - 1:node.end_lineno])
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+        and isinstance(node.value.value, str)
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
+        {n.value.id for n in ast.walk(node)
+         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+
+
+def _reachable(body: list[ast.stmt]) -> tuple[set[int], set[str]]:
+    """The ids of the statements that run, and the names they use: the statements that
+    define nothing are roots, a definition is kept once a kept statement names it."""
+    by_name = {name: node for node in body for name in _defines(node)}
+    kept: set[int] = set()
+    pending = [node for node in body
+               if not _defines(node) and not isinstance(node, (ast.Import, ast.ImportFrom))]
+    pending += [by_name[n] for n in ("CASE", "SPEC", "CANDIDATE") if n in by_name]
+    while pending:
+        node = pending.pop()
+        if id(node) in kept:
+            continue
+        kept.add(id(node))
+        pending += [by_name[n] for n in _names(node) if n in by_name]
+    used: set[str] = set().union(*(_names(node) for node in body if id(node) in kept))
+    return kept, used
+
+
+def _bound(alias: ast.alias) -> str:
+    return alias.asname or alias.name.split(".")[0]
+
+
+def _used_import(node: ast.Import | ast.ImportFrom, used: set[str]) -> str:
+    """The import with only the names something kept uses ('' if none)."""
+    if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+        return ast.unparse(node)
+    names = [alias for alias in node.names if _bound(alias) in used]
+    if not names:
+        return ""
+    if isinstance(node, ast.Import):
+        return ast.unparse(ast.Import(names))
+    return ast.unparse(ast.ImportFrom(node.module, names, node.level))
+
+
+def _stripped(text: str) -> str:
+    """``text`` without its docstrings, comments and blank lines (a body that was only a
+    docstring becomes ``...``)."""
+    lines = text.splitlines()
+    drop: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and body and _is_docstring(body[0]):
+            doc = body[0]
+            span = range(doc.lineno - 1, doc.end_lineno or doc.lineno)
+            if len(body) == 1:
+                indent = lines[doc.lineno - 1][:doc.col_offset]
+                lines[doc.lineno - 1] = indent + "..."
+                span = range(doc.lineno, doc.end_lineno or doc.lineno)
+            drop.update(span)
+    in_string: set[int] = set()
+    for token in _tokens(text):
+        if token.type == tokenize.COMMENT:
+            row, col = token.start[0] - 1, token.start[1]
+            lines[row] = lines[row][:col].rstrip()
+        elif token.type == tokenize.STRING and token.end[0] > token.start[0]:
+            in_string.update(range(token.start[0], token.end[0]))  # lines after the first
+    return "\n".join(line for i, line in enumerate(lines)
+                     if i not in drop and (line.strip() or i in in_string))
+
+
+def _tokens(text: str) -> Iterator[tokenize.TokenInfo]:
+    return tokenize.generate_tokens(io.StringIO(text + "\n").readline)
+
+
+def folded(script: str, settings: dict[str, Any]) -> str:
+    """``script`` with the ``if`` statements on the case's settings replaced by the branch
+    the case takes (only where the statement is an ``if``/``else`` on one setting)."""
+    tree = ast.parse(script)
+    lines = script.splitlines()
+    edits: list[tuple[int, int, list[str]]] = []  # (first line, end line, replacement)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        taken = _decided(node.test, settings)
+        if taken is None or _inside_edit(node, edits):
+            continue
+        branch = node.body if taken else node.orelse
+        edits.append((node.lineno, _end(node), _branch_lines(lines, node, branch)))
+    for first, end, replacement in sorted(edits, reverse=True):
+        lines[first - 1:end] = replacement
+    return "\n".join(lines)
+
+
+def _end(node: ast.If) -> int:
+    return node.end_lineno or node.lineno
+
+
+def _inside_edit(node: ast.If, edits: list[tuple[int, int, list[str]]]) -> bool:
+    return any(first <= node.lineno and _end(node) <= end for first, end, _ in edits)
+
+
+def _branch_lines(lines: list[str], node: ast.If, branch: list[ast.stmt]) -> list[str]:
+    """The lines of ``branch``, dedented to the ``if``'s column; ``pass`` for none."""
+    indent = " " * node.col_offset
+    if not branch:
+        return [indent + "pass"]
+    if branch is node.orelse and isinstance(branch[0], ast.If) and len(branch) == 1 \
+            and lines[branch[0].lineno - 1].lstrip().startswith("elif "):
+        elif_line = lines[branch[0].lineno - 1]
+        body = [elif_line.replace("elif ", "if ", 1)] + \
+            lines[branch[0].lineno:_end(branch[0])]
+        shift = branch[0].col_offset - node.col_offset
+        return [line[shift:] if i else indent + line.lstrip() for i, line in enumerate(body)]
+    first, end = branch[0].lineno, branch[-1].end_lineno or branch[-1].lineno
+    shift = branch[0].col_offset - node.col_offset
+    return [line[shift:] if line.strip() else line for line in lines[first - 1:end]]
+
+
+_UNKNOWN = object()
+
+
+def _setting(node: ast.expr, settings: dict[str, Any]) -> Any:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            and node.value.id == CASE_NAME and node.attr in settings:
+        return settings[node.attr]
+    return _UNKNOWN
+
+
+def _decided(test: ast.expr, settings: dict[str, Any]) -> bool | None:
+    """The value of ``test`` if it is a test on one of the case's settings, else None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _decided(test.operand, settings)
+        return None if inner is None else not inner
+    value = _setting(test, settings)
+    if value is not _UNKNOWN:
+        return bool(value)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 \
+            and isinstance(test.comparators[0], ast.Constant):
+        value, other = _setting(test.left, settings), test.comparators[0].value
+        if value is _UNKNOWN:
+            return None
+        op = test.ops[0]
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            return (value is other) == isinstance(op, ast.Is)
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            return (value == other) == isinstance(op, ast.Eq)
+    return None
