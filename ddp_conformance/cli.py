@@ -166,11 +166,12 @@ def repro(args: argparse.Namespace, out: TextIO) -> int:
     check_options(lambda dest: getattr(args, dest), "repro")
     candidate = one_candidate(args.ddp_candidate, "repro")
     from ddp_conformance.report.files import check_writable
-    from ddp_conformance.repro import parse_case, write_file, write_script
+    from ddp_conformance.repro import failed_checks, parse_case, write_file, write_script
 
     directory = args.out or os.path.join(args.ddp_report_dir, "repro")
     scenario = parse_case(args.case)
-    script = write_script(scenario, candidate, args.ddp_world_size)
+    failed = failed_checks(args.ddp_report_dir, scenario.id, candidate)
+    script = write_script(scenario, candidate, args.ddp_world_size, failed)
     check_writable(directory)
     path = write_file(script, scenario, directory)
     out.write(f"{path}\nrun: torchrun --standalone --nproc-per-node {args.ddp_world_size} "
@@ -254,7 +255,8 @@ def reproducer(finding: Finding, candidate: str, report_dir: str) -> str:
     from ddp_conformance.repro import write_file, write_script
 
     try:
-        script = write_script(finding.scenario, candidate, finding.world_size)
+        script = write_script(finding.scenario, candidate, finding.world_size,
+                              [f.check for f in finding.shrunk_result.failures])
         path = write_file(script, finding.scenario, os.path.join(report_dir, "repro"))
     except UsageError as exc:
         return f"none ({exc})"

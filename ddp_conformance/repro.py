@@ -45,6 +45,7 @@ import os
 import pprint
 import sys
 import textwrap
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import torch
@@ -375,9 +376,12 @@ def reproducer_case(scenario: Scenario, world_size: int) -> Case:
                          {str(k).removeprefix("torch."): v for k, v in RTOL.items()}, grad_dtypes)
 
 
-def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
+def write_script(scenario: Scenario, candidate: str, world_size: int,
+                 failed: Collection[str] | None = None) -> str:
     """The reproducer's source for ``scenario`` with ``candidate`` (``module:attr``, a
-    DDP-like callable, or ``torch``) at ``world_size`` ranks."""
+    DDP-like callable, or ``torch``) at ``world_size`` ranks: the code the case reaches
+    (:func:`~ddp_conformance.repro_prune.pruned`); with ``failed``, the ids of the checks
+    the case failed, and none of them a ``trace.*`` check, without the trace checks."""
     why = refusal(scenario, world_size)
     if why:
         raise UsageError(why)
@@ -389,6 +393,8 @@ def write_script(scenario: Scenario, candidate: str, world_size: int) -> str:
         raise UsageError(f"repro: the candidate must be module:attr (a DDP-like callable) "
                          f"or torch, got {candidate!r}")
     case = reproducer_case(scenario, world_size)
+    if failed is not None and failed and not any(c.startswith("trace.") for c in failed):
+        case = dataclasses.replace(case, trace_checks=False)
     imports, body = script_modules()
     hook = case.comm_hook
     hook_imports = ("from torch.distributed.algorithms.ddp_comm_hooks import (\n"
@@ -476,6 +482,21 @@ that gives up says which collective it was in. Written by `ddp-conformance repro
 checks is said in ddp_conformance/repro.py.
 """'''
 
+
+
+def failed_checks(report_dir: str, scenario: str, candidate: str) -> list[str] | None:
+    """The checks ``scenario`` failed with ``candidate`` in the run whose ``results.jsonl``
+    is in ``report_dir`` (None: no such run or result)."""
+    from ddp_conformance.report.load import RESULTS_FILE, load_results
+
+    if not os.path.exists(os.path.join(report_dir, RESULTS_FILE)):
+        return None
+    try:
+        results = load_results(report_dir).results
+    except (OSError, ValueError):
+        return None
+    found = [r for r in results if r.scenario == scenario and r.candidate == candidate]
+    return [f.check for f in found[-1].failures] if found else None
 
 
 def parse_case(case: str) -> Scenario:

@@ -28,7 +28,9 @@ CASE_NAME = "case"
 
 def pruned(script: str, settings: dict[str, Any]) -> str:
     """``script`` with what the case with ``settings`` (its fields) does not run left out."""
-    script = folded(script, settings)
+    unfolded = ""
+    while unfolded != script:  # an ``if`` inside a folded one: the next round
+        unfolded, script = script, folded(script, settings)
     tree = ast.parse(script)
     lines = script.splitlines()
     kept, used = _reachable(tree.body)

@@ -90,6 +90,9 @@ class Case:
     grad_dtypes: list[str] = field(default_factory=list)
     #: Backwards of one loss (all but the last retain the graph).
     backwards: int = 1
+    #: Check the collectives against the trace rules (a reproducer whose case's failed
+    #: checks are known, none a ``trace.*`` check, leaves them out).
+    trace_checks: bool = True
 
 
 def build(case: Case, spec: Any, rank: int) -> nn.Module:

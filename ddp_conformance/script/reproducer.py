@@ -70,7 +70,8 @@ def run_rank(me: Rank, ddp_class: Any, comm_hook: Any,
     if case.expect_error is not None:
         check_expected_error(case, me.rank, raised, len(record.params))
     else:
-        check_collectives(case, me.rank, TRACE.log, want, len(record.params))
+        if case.trace_checks:
+            check_collectives(case, me.rank, TRACE.log, want, len(record.params))
         check_replicas(case, me.rank, me.group, me.members, record, want)
 
 
