@@ -47,6 +47,7 @@ import sys
 import textwrap
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from ddp_reference import sync_strategy
@@ -426,12 +427,19 @@ def case_literal(case: Case) -> str:
     """``Case(...)`` with the fields that differ from their defaults, as ``pprint`` lays
     them out."""
     changed = {f.name: getattr(case, f.name) for f in dataclasses.fields(case)
-               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-               or getattr(case, f.name) != (f.default if f.default is not dataclasses.MISSING
-                                            else f.default_factory())}
+               if getattr(case, f.name) != _default(f)}
     fields = [f"    {k}=" + pprint.pformat(v, width=90 - len(k), compact=True).replace(
         "\n", "\n" + " " * (len(k) + 5)) for k, v in changed.items()]
     return "Case(\n" + ",\n".join(fields) + ")"
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    """A field's default (a sentinel no value equals where it has none)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return object()
 
 
 def _path(module: str | None) -> str:
