@@ -3,8 +3,10 @@
 The script needs torch and the candidate's package, nothing of the harness. It runs under
 ``torchrun --nproc-per-node N`` (Gloo on the CPU) and is made of the harness's own code:
 
-- the modules of :mod:`ddp_conformance.script`, copied whole (their imports of each other
-  dropped): the single-process loop the oracle runs (``script/single_process.py``), the
+- the modules of :mod:`ddp_conformance.script` (their imports of each other dropped), cut
+  by :func:`~ddp_conformance.repro_prune.pruned` to what the case reaches, and without the
+  trace checks where the case's failed checks are known and none is one: the
+  single-process loop the oracle runs (``script/single_process.py``), the
   scenario's tables (``script/case.py``: a :class:`~ddp_conformance.script.case.Case`
   literal, computed by ``catalog/tables.py`` as for the oracle), the trace rules the
   ``trace.*`` checks apply (``script/trace_rules.py``, storage extents included), the
@@ -486,8 +488,11 @@ Needs torch and the candidate's package only. From the directory the candidate i
     torchrun --standalone --nproc-per-node {ws} {name} --ddp torch  # torch's DDP: passes
 
 A collective waits at most 30 s for its peers (--timeout S, or REPRO_TIMEOUT_S=S); a rank
-that gives up says which collective it was in. Written by `ddp-conformance repro`; what it
-checks is said in ddp_conformance/repro.py.
+that gives up says which collective it was in. What it checks is said in
+ddp_conformance/repro.py. The code below is ddp-conformance's own (ddp_conformance/script/,
+the model's module, the comm hook's), cut to what this case runs, without its docstrings and
+comments; written again by `ddp-conformance repro {id} --candidate {candidate}
+--world-size {ws}` (with `--report-dir` holding a run of it: only the checks it failed).
 """'''
 
 
