@@ -44,7 +44,6 @@ import functools
 import importlib
 import inspect
 import os
-import pprint
 import sys
 import textwrap
 from collections.abc import Collection
@@ -64,6 +63,7 @@ from ddp_conformance.judge.tolerance import RTOL
 from ddp_conformance.repro_prune import pruned
 from ddp_conformance.script import reproducer
 from ddp_conformance.script.case import Case
+from ddp_conformance.script.case import procedure as script_procedure
 
 
 def unsupported(scenario: Scenario) -> str:
@@ -384,7 +384,7 @@ def write_script(scenario: Scenario, candidate: str, world_size: int,
     """The reproducer's source for ``scenario`` with ``candidate`` (``module:attr``, a
     DDP-like callable, or ``torch``) at ``world_size`` ranks: the code the case reaches
     (:func:`~ddp_conformance.repro_prune.pruned`); with ``failed``, the ids of the checks
-    the case failed, and none of them a ``trace.*`` check, without the trace checks."""
+    the case failed, without the kinds of checks none of them is (:func:`carried_checks`)."""
     why = refusal(scenario, world_size)
     if why:
         raise UsageError(why)
@@ -395,14 +395,13 @@ def write_script(scenario: Scenario, candidate: str, world_size: int,
     else:
         raise UsageError(f"repro: the candidate must be module:attr (a DDP-like callable) "
                          f"or torch, got {candidate!r}")
-    case = reproducer_case(scenario, world_size)
-    if failed is not None and failed and not any(c.startswith("trace.") for c in failed):
-        case = dataclasses.replace(case, trace_checks=False)
+    case = carried_checks(reproducer_case(scenario, world_size), failed)
     imports, body = script_modules()
     hook = case.comm_hook
     hook_imports = ("from torch.distributed.algorithms.ddp_comm_hooks import (\n"
                     "    debugging_hooks, default_hooks, post_localSGD_hook, powerSGD_hook)\n"
                     if hook else "")
+    by_hand = case.sync_strategy == "forced_sync"
     name = f"repro_{scenario.id.replace('/', '_').replace('-', '_')}.py"
     parts = [_HEADER.format(id=scenario.id, candidate=candidate, ws=world_size, name=name),
              "from __future__ import annotations\n\n" + "\n".join(imports) + "\n" + hook_imports,
@@ -414,25 +413,76 @@ def write_script(scenario: Scenario, candidate: str, world_size: int,
              inspect.getsource(sync_strategy.forced_sync_gradients).strip(), body,
              "# --- the case " + "-" * 76,
              f"CANDIDATE = {(module_name, attr)!r}  # module, attribute",
-             f"CASE = {case_literal(case)}",
+             f"CASE = {case_literal(case)}",  # pruned() writes the fields read
              'if __name__ == "__main__":\n'
-             "    run(CASE, SPEC, CANDIDATE, comm_hook, forced_sync_gradients)\n"]
+             f"    run(CASE, SPEC, CANDIDATE, {'comm_hook' if hook else 'None'}, "
+             f"{'forced_sync_gradients' if by_hand else 'None'})\n"]
     script = "\n\n\n".join(parts)
     twice = _defined_twice(script)
     if twice:
         raise UsageError(f"repro: the code of model {scenario.model!r} defines {twice[0]!r}, "
                          "which the script defines too")
-    return pruned(script, {f.name: getattr(case, f.name) for f in dataclasses.fields(case)})
+    return pruned(script, known_values(scenario, case), lambda read: case_literal(case, read))
 
 
-def case_literal(case: Case) -> str:
-    """``Case(...)`` with the fields that differ from their defaults, as ``pprint`` lays
-    them out."""
-    changed = {f.name: getattr(case, f.name) for f in dataclasses.fields(case)
-               if getattr(case, f.name) != _default(f)}
-    fields = [f"    {k}=" + pprint.pformat(v, width=90 - len(k), compact=True).replace(
-        "\n", "\n" + " " * (len(k) + 5)) for k, v in changed.items()]
-    return "Case(\n" + ",\n".join(fields) + ")"
+#: The kinds of checks a reproducer leaves out when none of the case's failed checks is
+#: one of them: the ``Case`` flag, the check ids' prefix.
+CHECK_KINDS = {"trace_checks": "trace.", "replica_checks": "replica."}
+
+
+def carried_checks(case: Case, failed: Collection[str] | None) -> Case:
+    """``case`` without the kinds of checks (:data:`CHECK_KINDS`) none of ``failed`` is
+    (all of them where ``failed`` is unknown or empty)."""
+    if not failed:
+        return case
+    flags: dict[str, Any] = {flag: any(c.startswith(prefix) for c in failed)
+                             for flag, prefix in CHECK_KINDS.items()}
+    return dataclasses.replace(case, **flags)
+
+
+def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
+    """What the script's tests read that the case fixes, by the name they read it through:
+    the case's fields, the single-process procedure's, the model's ``before_step``, the
+    tracer's ``memory`` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
+    spec = MODELS[scenario.model]
+    proc = script_procedure(case, spec, scenario.groups_for(case.world_size)[0])
+    return {"case": {f.name: getattr(case, f.name) for f in dataclasses.fields(case)},
+            "proc": {f.name: getattr(proc, f.name) for f in dataclasses.fields(proc)},
+            "spec": {"before_step": spec.before_step},
+            "TRACE": {"memory": case.trace_checks}}
+
+
+def case_literal(case: Case, read: Collection[str] | None = None) -> str:
+    """``Case(...)`` with the fields that differ from their defaults (of ``read`` only,
+    when given), as many to a line as fit in 90 characters (a long dict or list packed
+    into lines: :func:`packed`)."""
+    changed = [f"{f.name}={packed(getattr(case, f.name), len(f.name) + 5)}"
+               for f in dataclasses.fields(case)
+               if getattr(case, f.name) != _default(f) and (read is None or f.name in read)]
+    lines = [""]
+    for field_ in changed:
+        if lines[-1] and ("\n" in field_ or "\n" in lines[-1]
+                          or 4 + len(lines[-1]) + len(field_) + 2 > 90):
+            lines.append("")
+        lines[-1] += (" " if lines[-1] else "") + field_ + ","
+    return "Case(\n" + "".join(f"    {line}\n" for line in lines if line) + ")"
+
+
+def packed(value: Any, indent: int, width: int = 90) -> str:
+    """``repr(value)``; a dict or list longer than the line, its items as many to a line
+    as fit (each continuation line indented by ``indent``)."""
+    text = repr(value)
+    if indent + len(text) <= width or not isinstance(value, (dict, list)) or not value:
+        return text
+    items = [f"{k!r}: {v!r}" for k, v in value.items()] if isinstance(value, dict) \
+        else [repr(v) for v in value]
+    lines = [""]
+    for item in items:
+        if lines[-1] and indent + len(lines[-1]) + len(item) + 2 > width:
+            lines.append("")
+        lines[-1] += (", " if lines[-1] else "") + item
+    opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
+    return opening + (",\n" + " " * (indent + 1)).join(lines) + closing
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:

@@ -3,12 +3,17 @@
 The script ``repro`` assembles is the harness's code (``ddp_conformance/script/``, the
 model's, the comm hook's). :func:`pruned` keeps of it what the case reaches:
 
-- ``if`` branches on the case's settings that the case does not take are dropped
-  (:func:`folded`: a test on ``case.<field>`` whose value the ``CASE`` literal fixes:
-  ``case.f``, ``not case.f``, ``case.f is None``, ``case.f is not None``, ``case.f == c``);
+- ``if`` branches on values the script's case fixes that the case does not take are
+  dropped (:func:`folded`): a test on ``<name>.<field>`` for a name the caller knows
+  (``case``, the ``CASE`` literal's fields; ``proc``, the single-process procedure's;
+  ``spec``, the model's; ``TRACE``, the tracer's settings): ``x.f``, ``not x.f``,
+  ``x.f is None``, ``x.f is not None``, ``x.f == c``, and ``and``/``or`` of them; then the
+  statements after a ``return``/``raise``/``continue``/``break`` and the ``pass`` beside
+  other statements;
 - then only the top-level definitions reachable by name from the statements that run
   (the imports' users, the ``__main__`` block, ``CASE``) stay, and only the imports that
-  something kept uses;
+  something kept uses; of the ``Case`` class and the ``CASE`` literal, only the fields
+  something kept reads (:func:`_unread_fields`);
 - docstrings, comments and blank lines inside definitions go (one blank line between
   top-level statements); the script's own header, its module docstring, stays.
 
@@ -19,18 +24,23 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-#: The parameter name the script's functions give the case.
-CASE_NAME = "case"
+#: Name -> (field -> value): the values a script's tests read, by the name they are read
+#: through (``case.exact``: {"case": {"exact": True}}).
+Known = Mapping[str, Mapping[str, Any]]
 
 
-def pruned(script: str, settings: dict[str, Any]) -> str:
-    """``script`` with what the case with ``settings`` (its fields) does not run left out."""
+def pruned(script: str, known: Known,
+           literal: Callable[[Collection[str]], str] | None = None) -> str:
+    """``script`` with what the case whose values are ``known`` does not run left out;
+    ``literal(fields)``: the ``Case(...)`` literal of those fields only (else the literal's
+    unread keywords are left out line by line)."""
     unfolded = ""
     while unfolded != script:  # an ``if`` inside a folded one: the next round
-        unfolded, script = script, folded(script, settings)
+        unfolded, script = script, folded(script, known)
+    script = _unread_fields(script, literal)
     tree = ast.parse(script)
     lines = script.splitlines()
     kept, used = _reachable(tree.body)
@@ -45,6 +55,38 @@ def pruned(script: str, settings: dict[str, Any]) -> str:
         elif id(node) in kept:
             parts.append(_stripped(_source(lines, node)))
     return _joined(parts)
+
+
+#: The class of the script's case and its literal, whose unread fields are left out.
+CASE_CLASS, CASE_LITERAL = "Case", "CASE"
+
+
+def _unread_fields(script: str, literal: Callable[[Collection[str]], str] | None) -> str:
+    """``script`` without the fields of class ``Case`` that nothing reached reads (as
+    ``x.field``): their lines in the class, and in the ``CASE = Case(...)`` literal
+    (``literal`` of the read fields; else the keywords' lines, one keyword a line)."""
+    tree = ast.parse(script)
+    kept, _ = _reachable(tree.body)
+    owners = [n for n in tree.body if _defines(n) & {CASE_CLASS, CASE_LITERAL}]
+    read = {n.attr for node in tree.body if id(node) in kept and node not in owners
+            for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    spans: list[tuple[int, int, list[str]]] = []
+    for node in owners:
+        if isinstance(node, ast.ClassDef):
+            spans += [(f.lineno, _end(f), []) for f in node.body if isinstance(f, ast.AnnAssign)
+                      and isinstance(f.target, ast.Name) and f.target.id not in read]
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            spans += [(k.value.lineno, _end(k.value), []) for k in node.value.keywords
+                      if k.arg not in read] if literal is None else \
+                [(node.lineno, _end(node), f"{CASE_LITERAL} = {literal(read)}".splitlines())]
+    lines = script.splitlines()
+    for first, end, replacement in sorted(spans, reverse=True):
+        lines[first - 1:end] = replacement
+    return "\n".join(lines)
+
+
+def _end(node: ast.AST) -> int:
+    return getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
 
 
 def _joined(parts: list[str]) -> str:
@@ -148,30 +190,41 @@ def _tokens(text: str) -> Iterator[tokenize.TokenInfo]:
     return tokenize.generate_tokens(io.StringIO(text + "\n").readline)
 
 
-def folded(script: str, settings: dict[str, Any]) -> str:
-    """``script`` with the ``if`` statements on the case's settings replaced by the branch
-    the case takes (only where the statement is an ``if``/``else`` on one setting)."""
+def folded(script: str, known: Known) -> str:
+    """``script`` with the ``if`` statements on ``known`` values replaced by the branch
+    taken; where there is none, what follows a jump in its block, and a ``pass`` beside
+    other statements, left out (one round: an ``if`` inside a replaced one waits for the
+    next)."""
     tree = ast.parse(script)
     lines = script.splitlines()
     edits: list[tuple[int, int, list[str]]] = []  # (first line, end line, replacement)
     for node in ast.walk(tree):
-        if not isinstance(node, ast.If):
-            continue
-        taken = _decided(node.test, settings)
-        if taken is None or _inside_edit(node, edits):
-            continue
-        branch = node.body if taken else node.orelse
-        edits.append((node.lineno, _end(node), _branch_lines(lines, node, branch)))
+        if isinstance(node, ast.If) and not _inside_edit(node, edits):
+            taken = _decided(node.test, known)
+            if taken is not None:
+                branch = node.body if taken else node.orelse
+                edits.append((node.lineno, _end(node), _branch_lines(lines, node, branch)))
+    for node in ast.walk(tree) if not edits else ():
+        for block in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                edits += [(s.lineno, _end(s), []) for s in _dead(block)
+                          if not _inside_edit(s, edits)]
     for first, end, replacement in sorted(edits, reverse=True):
         lines[first - 1:end] = replacement
     return "\n".join(lines)
 
 
-def _end(node: ast.If) -> int:
-    return node.end_lineno or node.lineno
+def _dead(block: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of ``block`` that never run or do nothing: those after a jump, and
+    ``pass`` where the block has other statements."""
+    jumps = [i for i, s in enumerate(block)
+             if isinstance(s, (ast.Return, ast.Raise, ast.Continue, ast.Break))]
+    live = block[:jumps[0] + 1] if jumps else block
+    passes = [s for s in live if isinstance(s, ast.Pass)] if len(live) > 1 else []
+    return block[len(live):] + passes[:len(live) - 1]
 
 
-def _inside_edit(node: ast.If, edits: list[tuple[int, int, list[str]]]) -> bool:
+def _inside_edit(node: ast.stmt, edits: list[tuple[int, int, list[str]]]) -> bool:
     return any(first <= node.lineno and _end(node) <= end for first, end, _ in edits)
 
 
@@ -195,24 +248,31 @@ def _branch_lines(lines: list[str], node: ast.If, branch: list[ast.stmt]) -> lis
 _UNKNOWN = object()
 
 
-def _setting(node: ast.expr, settings: dict[str, Any]) -> Any:
+def _setting(node: ast.expr, known: Known) -> Any:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-            and node.value.id == CASE_NAME and node.attr in settings:
-        return settings[node.attr]
+            and node.attr in known.get(node.value.id, {}):
+        return known[node.value.id][node.attr]
     return _UNKNOWN
 
 
-def _decided(test: ast.expr, settings: dict[str, Any]) -> bool | None:
-    """The value of ``test`` if it is a test on one of the case's settings, else None."""
+def _decided(test: ast.expr, known: Known) -> bool | None:
+    """The value of ``test`` if it is a test on ``known`` values, else None."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = _decided(test.operand, settings)
+        inner = _decided(test.operand, known)
         return None if inner is None else not inner
-    value = _setting(test, settings)
+    if isinstance(test, ast.BoolOp):  # decided by the operands before any unknown one
+        deciding = isinstance(test.op, ast.Or)
+        for operand in test.values:
+            value = _decided(operand, known)
+            if value is None or value is deciding:
+                return value
+        return not deciding
+    value = _setting(test, known)
     if value is not _UNKNOWN:
         return bool(value)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 \
             and isinstance(test.comparators[0], ast.Constant):
-        value, other = _setting(test.left, settings), test.comparators[0].value
+        value, other = _setting(test.left, known), test.comparators[0].value
         if value is _UNKNOWN:
             return None
         op = test.ops[0]

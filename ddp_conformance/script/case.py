@@ -90,9 +90,10 @@ class Case:
     grad_dtypes: list[str] = field(default_factory=list)
     #: Backwards of one loss (all but the last retain the graph).
     backwards: int = 1
-    #: Check the collectives against the trace rules (a reproducer whose case's failed
-    #: checks are known, none a ``trace.*`` check, leaves them out).
+    #: Check the collectives against the trace rules, the replicas against each other (a
+    #: reproducer whose case's failed checks are known leaves out the kinds none failed).
     trace_checks: bool = True
+    replica_checks: bool = True
 
 
 def build(case: Case, spec: Any, rank: int) -> nn.Module:

@@ -5,7 +5,8 @@ collective a rank was in when it gave up.
 Every group of the script is a :class:`LoggingGroup` (the backend ``logged_gloo``: the
 world and every ``new_group``), which records each collective in :data:`TRACE` with
 where the training loop was (stage, step, microbatch) and, for a backward reduction, the
-storage it summed (:mod:`.extents`), as the harness's tracing group does. A desync
+storage it summed (:mod:`.extents`, while :attr:`Trace.memory`: the script's trace checks
+are on), as the harness's tracing group does. A desync
 (ranks in collectives that cannot match) would wait Gloo's default 120 s or more; the
 script's groups give up after :func:`collective_timeout_s` instead, and every rank then
 says the collective it was waiting in (:meth:`Trace.waiting`): from the error the
@@ -55,6 +56,8 @@ class Trace:
         self.log: list[Collective] = []
         self.stage, self.step, self.microbatch = "setup", -1, -1
         self.works: list[tuple[int, Any]] = []  # (index in log, work), the last 64
+        #: Whether a backward reduction's storage is recorded (for ``trace.reduced_once``).
+        self.memory = True
 
     def at(self, stage: str, step: int = -1, microbatch: int = -1) -> None:
         self.stage, self.step, self.microbatch = stage, step, microbatch
@@ -128,10 +131,12 @@ def _logged(kind: str, data: int | None) -> Any:
     def call(self: LoggingGroup, *args: Any, **kwargs: Any) -> Any:
         entry = TRACE.record(kind, _flat(args[data]) if data is not None and args else [],
                              self.size())
-        entry.extents, entry.again, entry.blocks = reduced_memory(TRACE, kind, args, REDUCING)
+        if TRACE.memory:
+            entry.extents, entry.again, entry.blocks = reduced_memory(TRACE, kind, args, REDUCING)
         target = self.gloo if hasattr(self.gloo, kind) else self.plain
         work = getattr(target, kind)(*args, **kwargs)
-        BOOK.bind(work)
+        if TRACE.memory:
+            BOOK.bind(work)
         TRACE.works = [*TRACE.works[-63:], (len(TRACE.log) - 1, work)]
         return work
     return call

@@ -72,7 +72,8 @@ def run_rank(me: Rank, ddp_class: Any, comm_hook: Any,
     else:
         if case.trace_checks:
             check_collectives(case, me.rank, TRACE.log, want, len(record.params))
-        check_replicas(case, me.rank, me.group, me.members, record, want)
+        if case.replica_checks:
+            check_replicas(case, me.rank, me.group, me.members, record, want)
 
 
 def main(case: Case, spec: Any, candidate: tuple[str, str], comm_hook: Any,
@@ -87,6 +88,7 @@ def main(case: Case, spec: Any, candidate: tuple[str, str], comm_hook: Any,
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == case.world_size, f"written for {case.world_size} ranks, run with {world}"
     torch.set_num_threads(1)  # the single-process result then computes as the ranks do
+    TRACE.memory = case.trace_checks
     group, members = my_group(case, rank, timeout)
     if group is None:
         print(f"rank {rank} is in no DDP group: idle", flush=True)
