@@ -408,7 +408,7 @@ def write_script(scenario: Scenario, candidate: str, world_size: int,
              f"# --- the model, from {_path(registering_module(scenario.model))} ".ljust(90, "-"),
              model_source(scenario.model),
              "# --- the comm hook, from ddp_conformance/catalog/procedure.py ".ljust(90, "-"),
-             comm_hook_source(hook) if hook else "comm_hook = None  # the scenario registers none",
+             comm_hook_source(hook) if hook else "",
              "# --- forced_sync's reduction, from reference/sync_strategy.py ".ljust(90, "-"),
              inspect.getsource(sync_strategy.forced_sync_gradients).strip(), body,
              "# --- the case " + "-" * 76,
@@ -427,13 +427,18 @@ def write_script(scenario: Scenario, candidate: str, world_size: int,
 
 #: The kinds of checks a reproducer leaves out when none of the case's failed checks is
 #: one of them: the ``Case`` flag, the check ids' prefix.
-CHECK_KINDS = {"trace_checks": "trace.", "replica_checks": "replica."}
+CHECK_KINDS = {"init_checks": "init.", "buffer_checks": "oracle.buffer",
+               "trace_checks": "trace.", "replica_checks": "replica."}
+#: The checks a reproducer makes (the others, of the reference DDP, the bucket layout and
+#: the cross-rank trace, it cannot), by their ids' prefixes.
+SCRIPT_CHECKS = ("oracle.", "init.", "replica.", "trace.no_sync", "trace.dtype",
+                 "trace.reduced_once", "expected_error")
 
 
 def carried_checks(case: Case, failed: Collection[str] | None) -> Case:
     """``case`` without the kinds of checks (:data:`CHECK_KINDS`) none of ``failed`` is
-    (all of them where ``failed`` is unknown or empty)."""
-    if not failed:
+    (all of them where ``failed`` is unknown, or holds none of the script's checks)."""
+    if not failed or not any(c.startswith(SCRIPT_CHECKS) for c in failed):
         return case
     flags: dict[str, Any] = {flag: any(c.startswith(prefix) for c in failed)
                              for flag, prefix in CHECK_KINDS.items()}
@@ -442,11 +447,12 @@ def carried_checks(case: Case, failed: Collection[str] | None) -> Case:
 
 def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
     """What the script's tests read that the case fixes, by the name they read it through:
-    the case's fields, the single-process procedure's, the model's ``before_step``, the
+    the case's fields and ``evals``, the single-process procedure's, the model's ``before_step``, the
     tracer's ``memory`` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
     spec = MODELS[scenario.model]
     proc = script_procedure(case, spec, scenario.groups_for(case.world_size)[0])
-    return {"case": {f.name: getattr(case, f.name) for f in dataclasses.fields(case)},
+    return {"case": {**{f.name: getattr(case, f.name) for f in dataclasses.fields(case)},
+                     "evals": case.evals},
             "proc": {f.name: getattr(proc, f.name) for f in dataclasses.fields(proc)},
             "spec": {"before_step": spec.before_step},
             "TRACE": {"memory": case.trace_checks}}
@@ -530,19 +536,15 @@ def write_file(script: str, scenario: Scenario, directory: str) -> str:
     return path
 
 
-_HEADER = '''"""Standalone reproducer of ddp-conformance case {id}[{candidate}] at {ws} ranks.
-
-Needs torch and the candidate's package only. From the directory the candidate imports from:
-
-    torchrun --standalone --nproc-per-node {ws} {name}              # the candidate: fails with the evidence
+_HEADER = '''"""Reproducer of ddp-conformance case {id}[{candidate}], {ws} ranks; torch
+and the candidate's package only. From the directory the candidate imports from:
+    torchrun --standalone --nproc-per-node {ws} {name}              # the candidate: fails
     torchrun --standalone --nproc-per-node {ws} {name} --ddp torch  # torch's DDP: passes
-
-A collective waits at most 30 s for its peers (--timeout S, or REPRO_TIMEOUT_S=S); a rank
-that gives up says which collective it was in. What it checks is said in
-ddp_conformance/repro.py. The code below is ddp-conformance's own (ddp_conformance/script/,
-the model's module, the comm hook's), cut to what this case runs, without its docstrings and
-comments; written again by `ddp-conformance repro {id} --candidate {candidate}
---world-size {ws}` (with `--report-dir` holding a run of it: only the checks it failed).
+A collective waits at most 30 s (--timeout S, REPRO_TIMEOUT_S=S); a rank that gives up says
+which collective it was in. The code is ddp-conformance's (ddp_conformance/script/, the
+model's, the comm hook's; what it checks: ddp_conformance/repro.py) cut to what this case
+runs; written by `ddp-conformance repro {id} --candidate {candidate} --world-size {ws}`
+(with --report-dir holding a run of it: only the kinds of checks it failed).
 """'''
 
 

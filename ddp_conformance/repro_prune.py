@@ -70,7 +70,7 @@ def _unread_fields(script: str, literal: Callable[[Collection[str]], str] | None
     owners = [n for n in tree.body if _defines(n) & {CASE_CLASS, CASE_LITERAL}]
     read = {n.attr for node in tree.body if id(node) in kept and node not in owners
             for n in ast.walk(node) if isinstance(n, ast.Attribute)}
-    spans: list[tuple[int, int, list[str]]] = []
+    spans = _unread_methods(tree, kept, read) + _unset_defaults(tree, kept, read)
     for node in owners:
         if isinstance(node, ast.ClassDef):
             spans += [(f.lineno, _end(f), []) for f in node.body if isinstance(f, ast.AnnAssign)
@@ -85,19 +85,59 @@ def _unread_fields(script: str, literal: Callable[[Collection[str]], str] | None
     return "\n".join(lines)
 
 
+def _unread_methods(tree: ast.Module, kept: set[int], read: set[str]
+                    ) -> list[tuple[int, int, list[str]]]:
+    """The line spans of the methods (not ``__dunder__``) of the kept classes without a base
+    class that nothing kept reads as ``x.method``."""
+    return [(min([m.lineno] + [d.lineno for d in m.decorator_list]), _end(m), [])
+            for node in tree.body
+            if id(node) in kept and isinstance(node, ast.ClassDef) and not node.bases
+            for m in node.body if isinstance(m, ast.FunctionDef)
+            and not m.name.startswith("__") and m.name not in read]
+
+
+def _unset_defaults(tree: ast.Module, kept: set[int], read: set[str]
+                    ) -> list[tuple[int, int, list[str]]]:
+    """The line spans of the fields with a default of the kept dataclasses (but ``Case``,
+    whose literal sets fields by name) that nothing kept reads (``x.field``) and no call
+    of the class sets (by name, or by position)."""
+    spans: list[tuple[int, int, list[str]]] = []
+    for node in tree.body:
+        if id(node) not in kept or not isinstance(node, ast.ClassDef) or node.bases \
+                or node.name == CASE_CLASS or not any("dataclass" in ast.unparse(d)
+                                                      for d in node.decorator_list):
+            continue
+        calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call)
+                 and isinstance(c.func, ast.Name) and c.func.id == node.name]
+        named = {k.arg for c in calls for k in c.keywords}
+        fields = [f for f in node.body if isinstance(f, ast.AnnAssign)]
+        by_position = max((len(c.args) for c in calls), default=0)
+        spans += [(f.lineno, _end(f), []) for f in fields[by_position:]
+                  if f.value is not None and isinstance(f.target, ast.Name)
+                  and f.target.id not in read | named]
+    return spans
+
+
 def _end(node: ast.AST) -> int:
     return getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
 
 
 def _joined(parts: list[str]) -> str:
-    """Imports one per line; every other statement after a blank line."""
+    """Side by side, the imports, and the one-line statements (constants, aliases); a
+    blank line before and after every other statement."""
     out: list[str] = []
     for part in parts:
-        single_import = part.startswith(("import ", "from ")) and "\n" not in part
-        if out and not (single_import and out[-1].startswith(("import ", "from "))):
+        if not (out and _kind(part) and _kind(part) == _kind(out[-1])):
             out.append("")
         out.append(part)
-    return "\n".join(out) + "\n"
+    return "\n".join(out[1:]) + "\n"
+
+
+def _kind(part: str) -> str:
+    """'import', 'line' (another one-line statement) or '' (a longer one, a definition)."""
+    if "\n" in part or part.startswith(("def ", "class ", "@")):
+        return ""
+    return "import" if part.startswith(("import ", "from ")) else "line"
 
 
 def _source(lines: list[str], node: ast.stmt) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ddp_conformance.script.single_process import At, Procedure
+from ddp_conformance.script.single_process import At, Procedure, has_eval
 
 
 @dataclass
@@ -90,10 +90,18 @@ class Case:
     grad_dtypes: list[str] = field(default_factory=list)
     #: Backwards of one loss (all but the last retain the graph).
     backwards: int = 1
-    #: Check the collectives against the trace rules, the replicas against each other (a
-    #: reproducer whose case's failed checks are known leaves out the kinds none failed).
+    #: Check DDP's init sync, the buffers against the single-process result, the
+    #: collectives against the trace rules, the replicas against each other (a reproducer
+    #: whose case's failed checks are known leaves out the kinds none of them is).
+    init_checks: bool = True
+    buffer_checks: bool = True
     trace_checks: bool = True
     replica_checks: bool = True
+
+    @property
+    def evals(self) -> bool:
+        """Whether a step of the plan starts with the eval forward (microbatch -1)."""
+        return has_eval(self.plan)
 
 
 def build(case: Case, spec: Any, rank: int) -> nn.Module:

@@ -143,16 +143,15 @@ def _logged(kind: str, data: int | None) -> Any:
 
 
 # Every operation goes straight to Gloo (the argument holding the data: what is logged).
-for _kind, _data in (
-        ("allreduce", 0), ("allreduce_coalesced", 0), ("reduce", 0), ("broadcast", 0),
-        ("reduce_scatter", 1), ("_reduce_scatter_base", 1), ("reduce_scatter_tensor_coalesced", 1),
-        ("reduce_scatter_single", 1), ("reduce_scatter_single_coalesced", 1),
-        ("allgather", 1), ("allgather_coalesced", 1), ("_allgather_base", 1),
-        ("allgather_into_tensor_coalesced", 1), ("all_gather_single", 1),
-        ("all_gather_single_coalesced", 1), ("alltoall_base", 1), ("all_to_all_single", 1),
-        ("alltoall", 1), ("gather", 1), ("scatter", 0), ("send", 0), ("recv", 0),
-        ("barrier", None)):
-    setattr(LoggingGroup, _kind, _logged(_kind, _data))
+for _data, _kinds in ((0, "allreduce allreduce_coalesced reduce broadcast scatter send recv"),
+                      (1, "reduce_scatter _reduce_scatter_base reduce_scatter_tensor_coalesced "
+                          "reduce_scatter_single reduce_scatter_single_coalesced allgather "
+                          "allgather_coalesced _allgather_base allgather_into_tensor_coalesced "
+                          "all_gather_single all_gather_single_coalesced alltoall_base "
+                          "all_to_all_single alltoall gather"),
+                      (None, "barrier")):
+    for _kind in _kinds.split():
+        setattr(LoggingGroup, _kind, _logged(_kind, _data))
 
 
 def report_on_termination(rank: int) -> None:

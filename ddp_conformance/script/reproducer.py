@@ -60,20 +60,19 @@ def run_rank(me: Rank, ddp_class: Any, comm_hook: Any,
     case = me.case
     want = single_process(procedure(case, me.spec, me.members), me.members)
     record = Record()
-    raised = None
-    try:
-        train(me, ddp_class, want, record, comm_hook, reduce_by_hand)
-    except Exception as error:
-        if case.expect_error is None:
-            raise
-        raised = f"{type(error).__name__}: {error}"
     if case.expect_error is not None:
+        raised = None
+        try:
+            train(me, ddp_class, want, record, comm_hook, reduce_by_hand)
+        except Exception as error:
+            raised = f"{type(error).__name__}: {error}"
         check_expected_error(case, me.rank, raised, len(record.params))
-    else:
-        if case.trace_checks:
-            check_collectives(case, me.rank, TRACE.log, want, len(record.params))
-        if case.replica_checks:
-            check_replicas(case, me.rank, me.group, me.members, record, want)
+        return
+    train(me, ddp_class, want, record, comm_hook, reduce_by_hand)
+    if case.trace_checks:
+        check_collectives(case, me.rank, TRACE.log, want, len(record.params))
+    if case.replica_checks:
+        check_replicas(case, me.rank, me.group, me.members, record, want)
 
 
 def main(case: Case, spec: Any, candidate: tuple[str, str], comm_hook: Any,

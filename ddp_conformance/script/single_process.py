@@ -126,6 +126,16 @@ class Procedure:
     #: An optimizer applied in backward consumes the gradients (judged on parameters).
     optimizer_in_backward: bool = False
 
+    @property
+    def evals(self) -> bool:
+        """Whether a step of the plan starts with the eval forward (microbatch -1)."""
+        return has_eval(self.plan)
+
+
+def has_eval(plan: Mapping[int, list[tuple[int, int]]]) -> bool:
+    """Whether a step of ``plan`` starts with the eval forward (microbatch -1)."""
+    return any(forwards and forwards[0][0] < 0 for forwards in plan.values())
+
 
 def clone(tensors: Mapping[str, Tensor]) -> Tensors:
     return {n: t.detach().clone() for n, t in tensors.items()}
@@ -246,7 +256,7 @@ def _one_forward(proc: Procedure, model: nn.Module, at: At) -> Any:
     forward, under ``no_grad`` and ``eval()``)."""
     inputs, target = proc.batch(*at)
     proc.seed_forward(*at)
-    if at[2] < 0:
+    if proc.evals and at[2] < 0:
         model.eval()
         with torch.no_grad():
             model(*inputs)

@@ -104,9 +104,10 @@ def train(me: Rank, ddp_class: Any, want: OracleRecord, record: Record, comm_hoo
     module = build(case, spec, me.rank)
     model = ddp_class(module, process_group=me.group, **case.ddp_options)
     opt = make_optimizer(case.optimizer, case.lr, model.parameters())
-    for _ in range(case.comm_hook_registrations if comm_hook else 0):
-        model.register_comm_hook(*comm_hook(me.group))
-    if case.expect_error is None:
+    if case.comm_hook is not None:
+        for _ in range(case.comm_hook_registrations):
+            model.register_comm_hook(*comm_hook(me.group))
+    if case.expect_error is None and case.init_checks:
         check_init(case, me.rank, module, want)
     at_forward: list[Tensors] = []
     module.register_forward_pre_hook(lambda m, args: at_forward.append(clone(dict(m.named_buffers()))))
@@ -132,7 +133,7 @@ def _step(me: Rank, model: Any, module: nn.Module, opt: Any, step: int,
     case, spec = me.case, me.spec
     if spec.before_step is not None:  # how the model changes between steps
         spec.before_step(module, step)
-    if case.plan[step] and case.plan[step][0][0] < 0:
+    if case.evals and case.plan[step] and case.plan[step][0][0] < 0:
         TRACE.at("eval", step)
         eval_forward(me, model, module, step)
     TRACE.at("zero_grad", step)
