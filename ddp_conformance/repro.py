@@ -4,8 +4,8 @@ The script needs torch and the candidate's package, nothing of the harness. It r
 ``torchrun --nproc-per-node N`` (Gloo on the CPU) and is made of the harness's own code:
 
 - the modules of :mod:`ddp_conformance.script` (their imports of each other dropped), cut
-  by :func:`~ddp_conformance.repro_prune.pruned` to what the case reaches, and without the
-  trace checks where the case's failed checks are known and none is one: the
+  by :func:`~ddp_conformance.repro_prune.pruned` to what the case reaches, and, where the
+  case's failed checks are known, to their kinds of checks (:func:`carried_checks`): the
   single-process loop the oracle runs (``script/single_process.py``), the
   scenario's tables (``script/case.py``: a :class:`~ddp_conformance.script.case.Case`
   literal, computed by ``catalog/tables.py`` as for the oracle), the trace rules the
