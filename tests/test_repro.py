@@ -551,11 +551,16 @@ def test_the_kinds_of_checks_carried_are_those_that_failed() -> None:
         kept = carried_checks(full, failed)
         return tuple(getattr(kept, flag) for flag in flags)
 
-    assert carried(None) == carried([]) == (True,) * 4
+    assert carried(None) == (True,) * 4
+    assert carried([]) == (False,) * 4  # a crash or a hang: no check failed
     assert carried(["reference.grad", "trace.buckets"]) == (True,) * 4  # none the script's
     assert carried(["oracle.grad", "oracle.param"]) == (False,) * 4
     assert carried(["oracle.buffer", "replica.final"]) == (False, True, False, True)
     assert carried(["init.param", "trace.no_sync"]) == (True, False, True, False)
+    # The volume rule only for a failed trace.reduced_once (or trace.dtype's per-dtype
+    # volume in a model with several gradient dtypes; this one has one).
+    assert not carried_checks(full, ["trace.dtype", "trace.no_sync"]).trace_volume
+    assert carried_checks(full, ["trace.reduced_once"]).trace_volume
 
 
 def test_folding_takes_the_case_s_branch() -> None:

@@ -57,7 +57,7 @@ class Trace:
         self.stage, self.step, self.microbatch = "setup", -1, -1
         self.works: list[tuple[int, Any]] = []  # (index in log, work), the last 64
         #: Whether a backward reduction's storage is recorded (for ``trace.reduced_once``).
-        self.memory = True
+        self.memory = False
 
     def at(self, stage: str, step: int = -1, microbatch: int = -1) -> None:
         self.stage, self.step, self.microbatch = stage, step, microbatch
