@@ -102,13 +102,16 @@ def _unset_defaults(tree: ast.Module, kept: set[int], read: set[str]
     whose literal sets fields by name) that nothing kept reads (``x.field``) and no call
     of the class sets (by name, or by position)."""
     spans: list[tuple[int, int, list[str]]] = []
+    calls_of: dict[str, list[ast.Call]] = {}
+    for c in ast.walk(tree):
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Name):
+            calls_of.setdefault(c.func.id, []).append(c)
     for node in tree.body:
         if id(node) not in kept or not isinstance(node, ast.ClassDef) or node.bases \
                 or node.name == CASE_CLASS or not any("dataclass" in ast.unparse(d)
                                                       for d in node.decorator_list):
             continue
-        calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call)
-                 and isinstance(c.func, ast.Name) and c.func.id == node.name]
+        calls = calls_of.get(node.name, [])
         named = {k.arg for c in calls for k in c.keywords}
         fields = [f for f in node.body if isinstance(f, ast.AnnAssign)]
         by_position = max((len(c.args) for c in calls), default=0)
@@ -160,9 +163,7 @@ def _defines(node: ast.stmt) -> set[str]:
 
 
 def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
-        {n.value.id for n in ast.walk(node)
-         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}  # x of x.attr too
 
 
 def _reachable(body: list[ast.stmt]) -> tuple[set[int], set[str]]:
