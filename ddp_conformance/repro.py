@@ -46,7 +46,7 @@ import inspect
 import os
 import sys
 import textwrap
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,7 @@ from ddp_conformance.catalog.tables import scenario_case
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.tolerance import RTOL
-from ddp_conformance.repro_prune import pruned
+from ddp_conformance.repro_prune import defined_names, pruned
 from ddp_conformance.script import reproducer
 from ddp_conformance.script.case import Case
 from ddp_conformance.script.case import procedure as script_procedure
@@ -417,12 +417,11 @@ def write_script(scenario: Scenario, candidate: str, world_size: int,
              'if __name__ == "__main__":\n'
              f"    run(CASE, SPEC, CANDIDATE, {'comm_hook' if hook else 'None'}, "
              f"{'forced_sync_gradients' if by_hand else 'None'})\n"]
-    script = "\n\n\n".join(parts)
-    twice = _defined_twice(script)
+    twice = _defined_twice(parts)
     if twice:
         raise UsageError(f"repro: the code of model {scenario.model!r} defines {twice[0]!r}, "
                          "which the script defines too")
-    return pruned(script, known_values(scenario, case), lambda read: case_literal(case, read))
+    return pruned(parts, known_values(scenario, case), lambda read: case_literal(case, read))
 
 
 #: The kinds of checks a reproducer leaves out when none of the case's failed checks is
@@ -516,19 +515,13 @@ def _path(module: str | None) -> str:
     return path + ("/__init__.py" if is_package else ".py")
 
 
-def _defined_twice(source: str) -> list[str]:
-    """Top-level names two statements of ``source`` define (a def, class or assignment
-    silently replacing another: a model's code against the script's own)."""
+def _defined_twice(source: str | Sequence[str]) -> list[str]:
+    """Top-level names two statements of ``source`` (a script, or its parts) define (a
+    def, class or assignment silently replacing another: a model's code against the
+    script's own)."""
     seen: dict[str, int] = {}
-    for node in ast.parse(source).body:
-        names: list[str] = []
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-        for name in names:
-            seen[name] = seen.get(name, 0) + 1
+    for name in defined_names(source):
+        seen[name] = seen.get(name, 0) + 1
     return sorted(name for name, count in seen.items() if count > 1)
 
 

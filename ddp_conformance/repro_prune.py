@@ -22,9 +22,11 @@ Every kept line is the source's own line, so the script reads as the harness's c
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 #: Name -> (field -> value): the values a script's tests read, by the name they are read
@@ -32,115 +34,210 @@ from typing import Any
 Known = Mapping[str, Mapping[str, Any]]
 
 
-def pruned(script: str, known: Known,
+def pruned(script: str | Sequence[str], known: Known,
            literal: Callable[[Collection[str]], str] | None = None) -> str:
-    """``script`` with what the case whose values are ``known`` does not run left out;
-    ``literal(fields)``: the ``Case(...)`` literal of those fields only (else the literal's
-    unread keywords are left out line by line)."""
-    unfolded = ""
-    while unfolded != script:  # an ``if`` inside a folded one: the next round
-        unfolded, script = script, folded(script, known)
-    script = _unread_fields(script, literal)
-    tree = ast.parse(script)
-    lines = script.splitlines()
-    kept, used = _reachable(tree.body)
-    parts = []
-    for i, node in enumerate(tree.body):
-        if i == 0 and _is_docstring(node):
-            parts.append(_source(lines, node))  # the header
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            text = _used_import(node, used)
-            if text:
-                parts.append(text)
-        elif id(node) in kept:
-            parts.append(_stripped(_source(lines, node)))
-    return _joined(parts)
+    """``script`` (its text, or its parts: each a run of whole top-level statements) with
+    what the case whose values are ``known`` does not run left out; ``literal(fields)``:
+    the ``Case(...)`` literal of those fields only (else the literal's unread keywords are
+    left out line by line).
+
+    One pass over the top-level statements, each read once per text (cached: the
+    script's modules are the same for every case) and folded once per outcome of its
+    tests on ``known`` values."""
+    parts = [script] if isinstance(script, str) else list(script)
+    chunks = [_folded_chunk(text, known) for part in parts for text in _statements(part)]
+    header = chunks[0] if chunks and _info(chunks[0]).docstring else None
+    chunks = _unread_fields([c for c in chunks if c is not header], literal)
+    kept, used = _reachable(chunks)
+    imports = [text for text in (_used_import(c, used) for c in chunks if _info(c).imported)
+               if text]
+    body = [c for c in chunks if not _info(c).imported and c in kept]
+    return _joined(header, imports, body)
+
+
+def defined_names(script: str | Sequence[str]) -> list[str]:
+    """The names the top-level statements of ``script`` (its text, or its parts) define,
+    one entry per definition."""
+    parts = [script] if isinstance(script, str) else script
+    return [name for part in parts for text in _statements(part)
+            for name in sorted(_info(text).defines)]
+
+
+@functools.lru_cache(maxsize=256)
+def _statements(part: str) -> tuple[str, ...]:
+    """The top-level statements of ``part``, each its source lines (decorators included,
+    comments between statements left out)."""
+    lines = part.splitlines()
+    return tuple(_source(lines, node) for node in ast.parse(part).body)
+
+
+@dataclass(frozen=True)
+class _Info:
+    """What the pruner reads of one top-level statement."""
+
+    tree: ast.stmt
+    defines: frozenset[str]
+    #: Every name it reads or binds (``x`` of ``x.attr`` too).
+    names: frozenset[str]
+    #: Every attribute it reads (``x.attr``).
+    attrs: frozenset[str]
+    imported: bool
+    docstring: bool
+    #: The tests on settings (``x.f``, ``x.f is None``, ...) its ``if`` statements and
+    #: conditional expressions make, whose outcomes decide its folding.
+    atoms: tuple[ast.expr, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _info(text: str) -> _Info:
+    tree = ast.parse(text).body[0]
+    nodes = list(ast.walk(tree))
+    tests = [n.test for n in nodes if isinstance(n, (ast.If, ast.IfExp))]
+    return _Info(tree, frozenset(_defines(tree)),
+                 frozenset(n.id for n in nodes if isinstance(n, ast.Name)),
+                 frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)),
+                 isinstance(tree, (ast.Import, ast.ImportFrom)), _is_docstring(tree),
+                 tuple(a for t in tests for a in _atoms(t)))
+
+
+def _atoms(test: ast.expr) -> Iterator[ast.expr]:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from _atoms(test.operand)
+    elif isinstance(test, ast.BoolOp):
+        for operand in test.values:
+            yield from _atoms(operand)
+    else:
+        yield test
+
+
+_FOLDED: dict[tuple[str, tuple[bool | None, ...]], str] = {}
+
+
+def _folded_chunk(text: str, known: Known) -> str:
+    """One top-level statement folded on ``known`` (to the end: an ``if`` inside a taken
+    branch too), without docstrings, comments and blank lines; cached by the outcomes of
+    its tests."""
+    info = _info(text)
+    if info.docstring:
+        return text
+    key = (text, tuple(_decided(atom, known) for atom in info.atoms))
+    if key not in _FOLDED:
+        if len(_FOLDED) > 4096:
+            _FOLDED.clear()
+        unfolded, result = "", text
+        while unfolded != result:  # an ``if`` inside a folded one: the next round
+            unfolded, result = result, folded(result, known)
+        _FOLDED[key] = _stripped(result)
+    return _FOLDED[key]
 
 
 #: The class of the script's case and its literal, whose unread fields are left out.
 CASE_CLASS, CASE_LITERAL = "Case", "CASE"
 
 
-def _unread_fields(script: str, literal: Callable[[Collection[str]], str] | None) -> str:
-    """``script`` without the fields of class ``Case`` that nothing reached reads (as
+def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] | None
+                   ) -> list[str]:
+    """``chunks`` without the fields of class ``Case`` that nothing reached reads (as
     ``x.field``): their lines in the class, and in the ``CASE = Case(...)`` literal
-    (``literal`` of the read fields; else the keywords' lines, one keyword a line)."""
-    tree = ast.parse(script)
-    kept, _ = _reachable(tree.body)
-    owners = [n for n in tree.body if _defines(n) & {CASE_CLASS, CASE_LITERAL}]
-    read = {n.attr for node in tree.body if id(node) in kept and node not in owners
-            for n in ast.walk(node) if isinstance(n, ast.Attribute)}
-    spans = _unread_methods(tree, kept, read) + _unset_defaults(tree, kept, read)
-    for node in owners:
-        if isinstance(node, ast.ClassDef):
-            spans += [(f.lineno, _end(f), []) for f in node.body if isinstance(f, ast.AnnAssign)
-                      and isinstance(f.target, ast.Name) and f.target.id not in read]
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            spans += [(k.value.lineno, _end(k.value), []) for k in node.value.keywords
-                      if k.arg not in read] if literal is None else \
-                [(node.lineno, _end(node), f"{CASE_LITERAL} = {literal(read)}".splitlines())]
-    lines = script.splitlines()
+    (``literal`` of the read fields; else the keywords' lines, one keyword a line); and
+    without the unread methods and unset defaults of the other classes kept."""
+    kept, _ = _reachable(chunks)
+    owners = [c for c in chunks if _info(c).defines & {CASE_CLASS, CASE_LITERAL}]
+    read = set().union(*(_info(c).attrs for c in chunks if c in kept and c not in owners))
+    calls = _calls(c for c in chunks if not _info(c).imported)
+    out = []
+    for chunk in chunks:
+        node = _info(chunk).tree
+        if chunk in kept and isinstance(node, ast.ClassDef) and not node.bases:
+            spans = _unread_methods(node, read)
+            if node.name == CASE_CLASS:
+                spans += [(f.lineno, _end(f), []) for f in node.body
+                          if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)
+                          and f.target.id not in read]
+            else:
+                spans += _unset_defaults(node, read, calls.get(node.name, []))
+            chunk = _edited(chunk, spans)
+        elif chunk in owners and isinstance(node, ast.Assign) \
+                and isinstance(node.value, ast.Call):
+            chunk = "\n".join(_edited(chunk, [
+                (k.value.lineno, _end(k.value), []) for k in node.value.keywords
+                if k.arg not in read]).splitlines()) if literal is None else \
+                f"{CASE_LITERAL} = {literal(read)}"
+        out.append(chunk)
+    return out
+
+
+def _edited(text: str, spans: list[tuple[int, int, list[str]]]) -> str:
+    lines = text.splitlines()
     for first, end, replacement in sorted(spans, reverse=True):
         lines[first - 1:end] = replacement
     return "\n".join(lines)
 
 
-def _unread_methods(tree: ast.Module, kept: set[int], read: set[str]
-                    ) -> list[tuple[int, int, list[str]]]:
-    """The line spans of the methods (not ``__dunder__``) of the kept classes without a base
-    class that nothing kept reads as ``x.method``."""
+def _calls(chunks: Iterable[str]) -> dict[str, list[tuple[int, frozenset[str]]]]:
+    """Per name called, its calls' (positional count, keyword names)."""
+    found: dict[str, list[tuple[int, frozenset[str]]]] = {}
+    for chunk in chunks:
+        for name, call in _calls_in(chunk):
+            found.setdefault(name, []).append(call)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _calls_in(text: str) -> tuple[tuple[str, tuple[int, frozenset[str]]], ...]:
+    return tuple((c.func.id, (len(c.args), frozenset(k.arg for k in c.keywords if k.arg)))
+                 for c in ast.walk(_info(text).tree)
+                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Name))
+
+
+def _unread_methods(node: ast.ClassDef, read: set[str]) -> list[tuple[int, int, list[str]]]:
+    """The line spans of the methods (not ``__dunder__``) of a class without a base class
+    that nothing kept reads as ``x.method``."""
     return [(min([m.lineno] + [d.lineno for d in m.decorator_list]), _end(m), [])
-            for node in tree.body
-            if id(node) in kept and isinstance(node, ast.ClassDef) and not node.bases
             for m in node.body if isinstance(m, ast.FunctionDef)
             and not m.name.startswith("__") and m.name not in read]
 
 
-def _unset_defaults(tree: ast.Module, kept: set[int], read: set[str]
-                    ) -> list[tuple[int, int, list[str]]]:
-    """The line spans of the fields with a default of the kept dataclasses (but ``Case``,
-    whose literal sets fields by name) that nothing kept reads (``x.field``) and no call
-    of the class sets (by name, or by position)."""
-    spans: list[tuple[int, int, list[str]]] = []
-    calls_of: dict[str, list[ast.Call]] = {}
-    for c in ast.walk(tree):
-        if isinstance(c, ast.Call) and isinstance(c.func, ast.Name):
-            calls_of.setdefault(c.func.id, []).append(c)
-    for node in tree.body:
-        if id(node) not in kept or not isinstance(node, ast.ClassDef) or node.bases \
-                or node.name == CASE_CLASS or not any("dataclass" in ast.unparse(d)
-                                                      for d in node.decorator_list):
-            continue
-        calls = calls_of.get(node.name, [])
-        named = {k.arg for c in calls for k in c.keywords}
-        fields = [f for f in node.body if isinstance(f, ast.AnnAssign)]
-        by_position = max((len(c.args) for c in calls), default=0)
-        spans += [(f.lineno, _end(f), []) for f in fields[by_position:]
-                  if f.value is not None and isinstance(f.target, ast.Name)
-                  and f.target.id not in read | named]
-    return spans
+def _unset_defaults(node: ast.ClassDef, read: set[str],
+                    calls: list[tuple[int, frozenset[str]]]) -> list[tuple[int, int, list[str]]]:
+    """The line spans of the fields with a default of a dataclass that nothing kept reads
+    (``x.field``) and no call of the class sets (by name, or by position)."""
+    if not any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+        return []
+    named = {k for _, keywords in calls for k in keywords}
+    fields = [f for f in node.body if isinstance(f, ast.AnnAssign)]
+    by_position = max((n for n, _ in calls), default=0)
+    return [(f.lineno, _end(f), []) for f in fields[by_position:]
+            if f.value is not None and isinstance(f.target, ast.Name)
+            and f.target.id not in read | named]
 
 
 def _end(node: ast.AST) -> int:
     return getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
 
 
-def _joined(parts: list[str]) -> str:
-    """Side by side, the imports, and the one-line statements (constants, aliases); a
-    blank line before and after every other statement."""
-    out: list[str] = []
-    for part in parts:
-        if not (out and _kind(part) and _kind(part) == _kind(out[-1])):
-            out.append("")
-        out.append(part)
-    return "\n".join(out[1:]) + "\n"
+def _joined(header: str | None, imports: list[str], body: list[str]) -> str:
+    """The header, the imports (the plain ones as one statement), the code: a blank line
+    between these and before the case (``CANDIDATE``), none between definitions."""
+    plain = [text.removeprefix("import ") for text in imports if text.startswith("import ")]
+    imports = [text for text in imports if not text.startswith("import ")]
+    if plain:
+        imports.insert(1 if imports and "__future__" in imports[0] else 0,
+                       "import " + ", ".join(plain))
+    out = [header] if header else []
+    out += ["\n".join(imports)] if imports else []
+    code: list[str] = []
+    for text in body:
+        if _defines_case(text) and code:
+            out.append("\n".join(code))
+            code = []
+        code.append(text)
+    out += ["\n".join(code)] if code else []
+    return "\n\n".join(out) + "\n"
 
 
-def _kind(part: str) -> str:
-    """'import', 'line' (another one-line statement) or '' (a longer one, a definition)."""
-    if "\n" in part or part.startswith(("def ", "class ", "@")):
-        return ""
-    return "import" if part.startswith(("import ", "from ")) else "line"
+def _defines_case(text: str) -> bool:
+    return "CANDIDATE" in _info(text).defines
 
 
 def _source(lines: list[str], node: ast.stmt) -> str:
@@ -162,25 +259,21 @@ def _defines(node: ast.stmt) -> set[str]:
     return set()
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}  # x of x.attr too
-
-
-def _reachable(body: list[ast.stmt]) -> tuple[set[int], set[str]]:
-    """The ids of the statements that run, and the names they use: the statements that
-    define nothing are roots, a definition is kept once a kept statement names it."""
-    by_name = {name: node for node in body for name in _defines(node)}
-    kept: set[int] = set()
-    pending = [node for node in body
-               if not _defines(node) and not isinstance(node, (ast.Import, ast.ImportFrom))]
+def _reachable(chunks: list[str]) -> tuple[set[str], set[str]]:
+    """The statements that run, and the names they use: the statements that define
+    nothing are roots (and ``CASE``, ``SPEC``, ``CANDIDATE``), a definition is kept once a
+    kept statement names it."""
+    by_name = {name: chunk for chunk in chunks for name in _info(chunk).defines}
+    kept: set[str] = set()
+    pending = [c for c in chunks if not _info(c).defines and not _info(c).imported]
     pending += [by_name[n] for n in ("CASE", "SPEC", "CANDIDATE") if n in by_name]
     while pending:
-        node = pending.pop()
-        if id(node) in kept:
+        chunk = pending.pop()
+        if chunk in kept:
             continue
-        kept.add(id(node))
-        pending += [by_name[n] for n in _names(node) if n in by_name]
-    used: set[str] = set().union(*(_names(node) for node in body if id(node) in kept))
+        kept.add(chunk)
+        pending += [by_name[n] for n in _info(chunk).names if n in by_name]
+    used: set[str] = set().union(*(_info(chunk).names for chunk in kept))
     return kept, used
 
 
@@ -188,8 +281,10 @@ def _bound(alias: ast.alias) -> str:
     return alias.asname or alias.name.split(".")[0]
 
 
-def _used_import(node: ast.Import | ast.ImportFrom, used: set[str]) -> str:
+def _used_import(text: str, used: set[str]) -> str:
     """The import with only the names something kept uses ('' if none)."""
+    node = _info(text).tree
+    assert isinstance(node, (ast.Import, ast.ImportFrom))
     if isinstance(node, ast.ImportFrom) and node.module == "__future__":
         return ast.unparse(node)
     names = [alias for alias in node.names if _bound(alias) in used]
