@@ -22,6 +22,7 @@ Every kept line is the source's own line, so the script reads as the harness's c
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import io
 import tokenize
@@ -79,8 +80,10 @@ class _Info:
     defines: frozenset[str]
     #: Every name it reads or binds (``x`` of ``x.attr`` too).
     names: frozenset[str]
-    #: Every attribute it reads (``x.attr``).
+    #: Every attribute it reads (``x.attr``; not ``x.attr = ...``).
     attrs: frozenset[str]
+    #: Every attribute it assigns (``x.attr = ...``).
+    stored: frozenset[str]
     imported: bool
     docstring: bool
     #: The tests on settings (``x.f``, ``x.f is None``, ...) its ``if`` statements and
@@ -95,7 +98,10 @@ def _info(text: str) -> _Info:
     tests = [n.test for n in nodes if isinstance(n, (ast.If, ast.IfExp))]
     return _Info(tree, frozenset(_defines(tree)),
                  frozenset(n.id for n in nodes if isinstance(n, ast.Name)),
-                 frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)),
+                 frozenset(n.attr for n in nodes
+                           if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)),
+                 frozenset(n.attr for n in nodes
+                           if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)),
                  isinstance(tree, (ast.Import, ast.ImportFrom)), _is_docstring(tree),
                  tuple(a for t in tests for a in _atoms(t)))
 
@@ -126,8 +132,8 @@ def _folded_chunk(text: str, known: Known) -> str:
             _FOLDED.clear()
         unfolded, result = "", text
         while unfolded != result:  # an ``if`` inside a folded one: the next round
-            unfolded, result = result, folded(result, known)
-        _FOLDED[key] = _stripped(result)
+            unfolded, result = result, _chosen(folded(result, known), known)
+        _FOLDED[key] = _unannotated(_stripped(result))
     return _FOLDED[key]
 
 
@@ -140,31 +146,90 @@ def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] 
     """``chunks`` without the fields of class ``Case`` that nothing reached reads (as
     ``x.field``): their lines in the class, and in the ``CASE = Case(...)`` literal
     (``literal`` of the read fields; else the keywords' lines, one keyword a line); and
-    without the unread methods and unset defaults of the other classes kept."""
-    kept, _ = _reachable(chunks)
-    owners = [c for c in chunks if _info(c).defines & {CASE_CLASS, CASE_LITERAL}]
-    read = set().union(*(_info(c).attrs for c in chunks if c in kept and c not in owners))
-    calls = _calls(c for c in chunks if not _info(c).imported)
-    out = []
-    for chunk in chunks:
-        node = _info(chunk).tree
-        if chunk in kept and isinstance(node, ast.ClassDef) and not node.bases:
-            spans = _unread_methods(node, read)
-            if node.name == CASE_CLASS:
-                spans += [(f.lineno, _end(f), []) for f in node.body
-                          if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)
-                          and f.target.id not in read]
-            else:
-                spans += _unset_defaults(node, read, calls.get(node.name, []))
-            chunk = _edited(chunk, spans)
-        elif chunk in owners and isinstance(node, ast.Assign) \
-                and isinstance(node.value, ast.Call):
-            chunk = "\n".join(_edited(chunk, [
-                (k.value.lineno, _end(k.value), []) for k in node.value.keywords
-                if k.arg not in read]).splitlines()) if literal is None else \
-                f"{CASE_LITERAL} = {literal(read)}"
-        out.append(chunk)
-    return out
+    without the unread methods of the other classes kept, and the unread fields of their
+    dataclasses that no call sets by position (with the keywords that set them). Until
+    nothing changes: a keyword left out may leave a field of another class unread."""
+    while True:
+        kept, _ = _reachable(chunks)
+        owners = [c for c in chunks if _info(c).defines & {CASE_CLASS, CASE_LITERAL}]
+        read = set().union(*(_info(c).attrs for c in chunks if c in kept and c not in owners))
+        calls = _calls(c for c in chunks if not _info(c).imported)
+        out, dropped = [], {}
+        for chunk in chunks:
+            node = _info(chunk).tree
+            if chunk in kept and isinstance(node, ast.ClassDef) and not node.bases:
+                spans = _unread_methods(node, read)
+                if node.name == CASE_CLASS:
+                    spans += [(f.lineno, _end(f), []) for f in _fields(node)
+                              if f.target.id not in read]  # type: ignore[union-attr]
+                else:
+                    fields = _unread_dataclass_fields(node, read, calls.get(node.name, []))
+                    spans += [(f.lineno, _end(f), []) for f in fields]
+                    dropped[node.name] = {f.target.id for f in fields}  # type: ignore[union-attr]
+                chunk = _edited(chunk, spans)
+            elif chunk in owners and isinstance(node, ast.Assign) \
+                    and isinstance(node.value, ast.Call):
+                chunk = _edited(chunk, [
+                    (k.value.lineno, _end(k.value), []) for k in node.value.keywords
+                    if k.arg not in read]) if literal is None else \
+                    f"{CASE_LITERAL} = {literal(read)}"
+            out.append(chunk)
+        out = [_without_keywords(chunk, dropped) for chunk in out]
+        if out == chunks:
+            return out
+        chunks = out
+
+
+def _fields(node: ast.ClassDef) -> list[ast.AnnAssign]:
+    return [f for f in node.body if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)]
+
+
+def _unread_dataclass_fields(node: ast.ClassDef, read: set[str],
+                             calls: list[tuple[int, frozenset[str]]]) -> list[ast.AnnAssign]:
+    """The fields of dataclass ``node`` that nothing kept reads (``x.field``) and no call
+    of the class sets by position."""
+    if not any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+        return []
+    by_position = max((n for n, _ in calls), default=0)
+    return [f for f in _fields(node)[by_position:]
+            if f.target.id not in read]  # type: ignore[union-attr]
+
+
+def _without_keywords(text: str, dropped: Mapping[str, set[str]]) -> str:
+    """``text`` without the keyword arguments ``dropped[name]`` of its calls of ``name``
+    (lines left empty removed), and without its assignments to those fields
+    (``x.field = ...``)."""
+    fields = set().union(*dropped.values())
+    if not text.isascii() or not (_info(text).stored & fields or any(
+            name in _info(text).names and f for name, f in dropped.items())):
+        return text
+    spans: list[tuple[int, int]] = []
+    for call in ast.walk(_info(text).tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and dropped.get(call.func.id)):
+            continue
+        items: list[ast.AST] = sorted([*call.args, *call.keywords],
+                                      key=lambda n: (n.lineno, n.col_offset))  # type: ignore[attr-defined]
+        gone = [isinstance(item, ast.keyword) and item.arg in dropped[call.func.id]
+                for item in items]
+        i = 0
+        while i < len(items):  # a run of keywords left out: i to j - 1
+            j = i
+            while j < len(items) and gone[j]:
+                j += 1
+            if j > i:
+                spans.append((_at(text, items[i]), _at(text, items[j])) if j < len(items) else
+                             (_at(text, items[i - 1], end=True) if i else _at(text, items[i]),
+                              _at(text, items[j - 1], end=True)))
+            i = j + 1
+    merged = sorted(spans)
+    for start, end in reversed(merged):  # disjoint: runs, in calls apart or nested
+        text = text[:start] + text[end:]
+    text = "\n".join(line for line in text.splitlines() if line.strip())
+    return _edited(text, [(n.lineno, _end(n), []) for n in ast.walk(ast.parse(text))
+                          if isinstance(n, ast.Assign) and len(n.targets) == 1
+                          and isinstance(n.targets[0], ast.Attribute)
+                          and n.targets[0].attr in fields])
 
 
 def _edited(text: str, spans: list[tuple[int, int, list[str]]]) -> str:
@@ -196,20 +261,6 @@ def _unread_methods(node: ast.ClassDef, read: set[str]) -> list[tuple[int, int, 
     return [(min([m.lineno] + [d.lineno for d in m.decorator_list]), _end(m), [])
             for m in node.body if isinstance(m, ast.FunctionDef)
             and not m.name.startswith("__") and m.name not in read]
-
-
-def _unset_defaults(node: ast.ClassDef, read: set[str],
-                    calls: list[tuple[int, frozenset[str]]]) -> list[tuple[int, int, list[str]]]:
-    """The line spans of the fields with a default of a dataclass that nothing kept reads
-    (``x.field``) and no call of the class sets (by name, or by position)."""
-    if not any("dataclass" in ast.unparse(d) for d in node.decorator_list):
-        return []
-    named = {k for _, keywords in calls for k in keywords}
-    fields = [f for f in node.body if isinstance(f, ast.AnnAssign)]
-    by_position = max((n for n, _ in calls), default=0)
-    return [(f.lineno, _end(f), []) for f in fields[by_position:]
-            if f.value is not None and isinstance(f.target, ast.Name)
-            and f.target.id not in read | named]
 
 
 def _end(node: ast.AST) -> int:
@@ -320,6 +371,61 @@ def _stripped(text: str) -> str:
             in_string.update(range(token.start[0], token.end[0]))  # lines after the first
     return "\n".join(line for i, line in enumerate(lines)
                      if i not in drop and (line.strip() or i in in_string))
+
+
+def _unannotated(text: str) -> str:
+    """``text`` with its functions' signatures without annotations (each on one line):
+    the script's ``from __future__ import annotations`` leaves them unevaluated."""
+    lines = text.splitlines()
+    edits = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.body[0].lineno > node.lineno:
+            args = copy.deepcopy(node.args)
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                if arg is not None:
+                    arg.annotation = None
+            head = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+            edits.append((node.lineno, node.body[0].lineno - 1,
+                          [f"{' ' * node.col_offset}{head} {node.name}({ast.unparse(args)}):"]))
+    for first, end, replacement in sorted(edits, reverse=True):
+        lines[first - 1:end] = replacement
+    return "\n".join(lines)
+
+
+def _chosen(text: str, known: Known) -> str:
+    """``text`` with the conditional expressions on ``known`` values (``a if x.f else b``)
+    replaced by the operand chosen (the outermost ones: those inside, the next round)."""
+    if not text.isascii():  # column offsets are bytes
+        return text
+    tree = ast.parse(text)
+    spans: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.IfExp) and not any(a <= _at(text, node) < b for a, b, _ in spans):
+            taken = _decided(node.test, known)
+            if taken is not None:
+                chosen = node.body if taken else node.orelse
+                spans.append((_at(text, node), _at(text, node, end=True),
+                              text[_at(text, chosen):_at(text, chosen, end=True)]))
+    for start, end, replacement in sorted(spans, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def _at(text: str, node: ast.AST, end: bool = False) -> int:
+    """The offset in ``text`` of ``node``'s start (or end)."""
+    line, col = (node.end_lineno, node.end_col_offset) if end \
+        else (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    return _line_starts(text)[line - 1] + col
+
+
+@functools.lru_cache(maxsize=64)
+def _line_starts(text: str) -> list[int]:
+    starts, at = [], 0
+    for line in text.splitlines(keepends=True):
+        starts.append(at)
+        at += len(line)
+    return starts + [at]
 
 
 def _tokens(text: str) -> Iterator[tokenize.TokenInfo]:

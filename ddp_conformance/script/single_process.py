@@ -147,13 +147,10 @@ def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
     rank_buffers = {r: clone(dict(model.named_buffers())) if proc.init_syncs_buffers
                     else clone(dict(proc.build(r).named_buffers())) for r in ranks}
     params = dict(model.named_parameters())
-    record = OracleRecord(clone(params), {r: clone(b) for r, b in rank_buffers.items()},
-                          grad_dtypes=frozenset(str(p.dtype).removeprefix("torch.")
-                                                for p in params.values() if p.requires_grad))
-    for p in params.values():
-        if p.requires_grad:
-            dtype = str(p.dtype).removeprefix("torch.")
-            record.numel_by_dtype[dtype] = record.numel_by_dtype.get(dtype, 0) + p.numel()
+    record = OracleRecord(initial_params=clone(params),
+                          initial_buffers={r: clone(b) for r, b in rank_buffers.items()},
+                          grad_dtypes=frozenset(_numel_by_dtype(params)),
+                          numel_by_dtype=_numel_by_dtype(params))
     optimizer = proc.optimizer(model.parameters())
     steps = {r: proc.steps_for[r] for r in ranks}
     for step in range(max(steps.values())):
@@ -179,14 +176,26 @@ def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
             # parameter after its reduction and sets its .grad to None at the end of
             # backward (torch's _apply_optim_in_backward_hook); judged on the parameters.
             grads = {n: None if params[n].requires_grad else g for n, g in grads.items()}
-        record.steps.append(OracleStep(active, grads, clone(params),
-                                       {r: clone(rank_buffers[r]) for r in active}, at_forward,
-                                       scales, defined, frozenset(zero_or_none), local))
+        record.steps.append(OracleStep(
+            active=active, grads=grads, params=clone(params),
+            buffers={r: clone(rank_buffers[r]) for r in active}, buffers_at_forward=at_forward,
+            grad_scales=scales, local_grads=defined, zero_or_none=frozenset(zero_or_none),
+            local=local))
     # Join's post hook syncs the final model from the highest-ranked last joiner.
     record.last_joiner = max(r for r in ranks if steps[r] == max(steps.values()))
     record.final_params = clone(params)
     record.final_buffers = clone(rank_buffers[record.last_joiner])
     return record
+
+
+def _numel_by_dtype(params: Mapping[str, Tensor]) -> dict[str, int]:
+    """Elements per dtype ("float32", ...) of the parameters that require gradients."""
+    out: dict[str, int] = {}
+    for p in params.values():
+        if p.requires_grad:
+            dtype = str(p.dtype).removeprefix("torch.")
+            out[dtype] = out.get(dtype, 0) + p.numel()
+    return out
 
 
 def _after_zero_grad(proc: Procedure, params: Mapping[str, Tensor],
