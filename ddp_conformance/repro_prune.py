@@ -80,9 +80,10 @@ class _Info:
     defines: frozenset[str]
     #: Every name it reads or binds (``x`` of ``x.attr`` too).
     names: frozenset[str]
-    #: Every attribute it reads (``x.attr``; not ``x.attr = ...``).
+    #: Every attribute it reads, or sets otherwise than alone (``x.attr``, ``x.a, x.b = ...``;
+    #: not ``x.attr = ...``).
     attrs: frozenset[str]
-    #: Every attribute it assigns (``x.attr = ...``).
+    #: Every attribute it assigns alone (``x.attr = ...``).
     stored: frozenset[str]
     imported: bool
     docstring: bool
@@ -96,12 +97,13 @@ def _info(text: str) -> _Info:
     tree = ast.parse(text).body[0]
     nodes = list(ast.walk(tree))
     tests = [n.test for n in nodes if isinstance(n, (ast.If, ast.IfExp))]
+    stores = [n.targets[0] for n in nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
+              and isinstance(n.targets[0], ast.Attribute)]
     return _Info(tree, frozenset(_defines(tree)),
                  frozenset(n.id for n in nodes if isinstance(n, ast.Name)),
-                 frozenset(n.attr for n in nodes
-                           if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)),
-                 frozenset(n.attr for n in nodes
-                           if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)),
+                 frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)
+                           and not any(n is store for store in stores)),
+                 frozenset(n.attr for n in stores),  # type: ignore[attr-defined]
                  isinstance(tree, (ast.Import, ast.ImportFrom)), _is_docstring(tree),
                  tuple(a for t in tests for a in _atoms(t)))
 
@@ -133,7 +135,7 @@ def _folded_chunk(text: str, known: Known) -> str:
         unfolded, result = "", text
         while unfolded != result:  # an ``if`` inside a folded one: the next round
             unfolded, result = result, _chosen(folded(result, known), known)
-        _FOLDED[key] = _unannotated(_stripped(result))
+        _FOLDED[key] = _packed(_unannotated(_stripped(result)))
     return _FOLDED[key]
 
 
@@ -373,6 +375,53 @@ def _stripped(text: str) -> str:
                      if i not in drop and (line.strip() or i in in_string))
 
 
+#: The longest line :func:`_packed` makes (the project's line length).
+WIDTH = 110
+
+
+def _packed(text: str) -> str:
+    """``text`` with each statement's continuation lines (inside brackets) joined onto as
+    few lines as fit in :data:`WIDTH` characters; a statement with a string over several
+    lines or a backslash continuation is left as it is. Every token stays as written."""
+    lines = text.splitlines()
+    spans: list[tuple[int, int]] = []  # (first row, last row) of a statement, 0-based
+    first, skip = 0, False
+    for token in _tokens(text):
+        if token.type == tokenize.STRING and token.end[0] > token.start[0]:
+            skip = True
+        if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER) or (
+                token.type == tokenize.OP and token.string == ":" and _opens_block(token)):
+            last = token.start[0] - 1
+            if last > first and not skip and last < len(lines) \
+                    and not any(lines[r].endswith("\\") for r in range(first, last)):
+                spans.append((first, last))
+            first, skip = token.end[0], False
+        elif token.type in (tokenize.NL, tokenize.COMMENT) and token.start[0] - 1 == first \
+                and not lines[first].strip():
+            first = token.end[0]
+    for start, end in reversed(spans):
+        lines[start:end + 1] = _joined_lines(lines[start:end + 1])
+    return "\n".join(lines)
+
+
+def _opens_block(token: tokenize.TokenInfo) -> bool:
+    """Whether ``token`` (a ``:``) ends a block's header line (``if x:`` before its body on
+    the next line)."""
+    return token.line.rstrip().endswith(":") and token.end[1] == len(token.line.rstrip())
+
+
+def _joined_lines(lines: list[str]) -> list[str]:
+    out = [lines[0].rstrip()]
+    for line in lines[1:]:
+        piece = line.strip()
+        glue = "" if out[-1].endswith(("(", "[", "{")) or piece.startswith((")", "]", "}")) else " "
+        if len(out[-1]) + len(glue) + len(piece) <= WIDTH:
+            out[-1] += glue + piece
+        else:
+            out.append(line.rstrip())
+    return out
+
+
 def _unannotated(text: str) -> str:
     """``text`` with its functions' signatures without annotations (each on one line):
     the script's ``from __future__ import annotations`` leaves them unevaluated."""
@@ -414,8 +463,8 @@ def _chosen(text: str, known: Known) -> str:
 
 def _at(text: str, node: ast.AST, end: bool = False) -> int:
     """The offset in ``text`` of ``node``'s start (or end)."""
-    line, col = (node.end_lineno, node.end_col_offset) if end \
-        else (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    line = getattr(node, "end_lineno" if end else "lineno")
+    col = getattr(node, "end_col_offset" if end else "col_offset")
     return _line_starts(text)[line - 1] + col
 
 
