@@ -78,7 +78,8 @@ class _Info:
 
     tree: ast.stmt
     defines: frozenset[str]
-    #: Every name it reads or binds (``x`` of ``x.attr`` too).
+    #: Every name it reads or binds (``x`` of ``x.attr`` too), but in annotations (the
+    #: script's ``from __future__ import annotations`` leaves them unevaluated).
     names: frozenset[str]
     #: Every attribute it reads, or sets otherwise than alone (``x.attr``, ``x.a, x.b = ...``;
     #: not ``x.attr = ...``).
@@ -99,8 +100,11 @@ def _info(text: str) -> _Info:
     tests = [n.test for n in nodes if isinstance(n, (ast.If, ast.IfExp))]
     stores = [n.targets[0] for n in nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
               and isinstance(n.targets[0], ast.Attribute)]
+    annotations = {id(n) for a in nodes if isinstance(a, ast.AnnAssign)
+                   for n in ast.walk(a.annotation)}
     return _Info(tree, frozenset(_defines(tree)),
-                 frozenset(n.id for n in nodes if isinstance(n, ast.Name)),
+                 frozenset(n.id for n in nodes if isinstance(n, ast.Name)
+                           and id(n) not in annotations),
                  frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)
                            and not any(n is store for store in stores)),
                  frozenset(n.attr for n in stores),  # type: ignore[attr-defined]
@@ -561,6 +565,15 @@ def _decided(test: ast.expr, known: Known) -> bool | None:
     value = _setting(test, known)
     if value is not _UNKNOWN:
         return bool(value)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
+            test.ops[0], (ast.In, ast.NotIn)) and isinstance(test.comparators[0], ast.Tuple) \
+            and all(isinstance(e, ast.Constant) for e in test.comparators[0].elts):
+        value = _setting(test.left, known)
+        if value is _UNKNOWN:
+            return None
+        inside = any(value is e.value or value == e.value  # type: ignore[attr-defined]
+                     for e in test.comparators[0].elts)
+        return inside == isinstance(test.ops[0], ast.In)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 \
             and isinstance(test.comparators[0], ast.Constant):
         value, other = _setting(test.left, known), test.comparators[0].value
