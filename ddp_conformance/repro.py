@@ -60,7 +60,7 @@ from ddp_conformance.catalog.tables import scenario_case
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.tolerance import RTOL
-from ddp_conformance.repro_prune import defined_names, pruned
+from ddp_conformance.repro_prune import WIDTH, defined_names, pruned
 from ddp_conformance.script import reproducer
 from ddp_conformance.script.case import Case
 from ddp_conformance.script.case import procedure as script_procedure
@@ -451,8 +451,8 @@ def carried_checks(case: Case, failed: Collection[str] | None) -> Case:
 
 def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
     """What the script's tests read that the case fixes, by the name they read it through:
-    the case's fields and ``evals``, the single-process procedure's (and ``evals``), the model's step hooks, the
-    tracer's ``memory`` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
+    the case's fields and ``evals``, the single-process procedure's (and ``evals``), the
+    model's step hooks, the tracer's ``memory`` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
     spec = MODELS[scenario.model]
     proc = script_procedure(case, spec, scenario.groups_for(case.world_size)[0])
     return {"case": {**{f.name: getattr(case, f.name) for f in dataclasses.fields(case)},
@@ -465,7 +465,8 @@ def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
 
 def case_literal(case: Case, read: Collection[str] | None = None) -> str:
     """``Case(...)`` with the fields that differ from their defaults (of ``read`` only,
-    when given), as many to a line as fit in 90 characters (a long dict or list packed
+    when given), as many to a line as fit in :data:`~ddp_conformance.repro_prune.WIDTH`
+    characters (a long dict or list packed
     into lines: :func:`packed`)."""
     changed = [f"{f.name}={packed(getattr(case, f.name), len(f.name) + 5)}"
                for f in dataclasses.fields(case)
@@ -473,13 +474,13 @@ def case_literal(case: Case, read: Collection[str] | None = None) -> str:
     lines = [""]
     for field_ in changed:
         if lines[-1] and ("\n" in field_ or "\n" in lines[-1]
-                          or 4 + len(lines[-1]) + len(field_) + 2 > 90):
+                          or 4 + len(lines[-1]) + len(field_) + 2 > WIDTH):
             lines.append("")
         lines[-1] += (" " if lines[-1] else "") + field_ + ","
     return "Case(\n" + "".join(f"    {line}\n" for line in lines if line) + ")"
 
 
-def packed(value: Any, indent: int, width: int = 90) -> str:
+def packed(value: Any, indent: int, width: int = WIDTH) -> str:
     """``repr(value)``; a dict or list longer than the line, its items as many to a line
     as fit (each continuation line indented by ``indent``)."""
     text = repr(value)

@@ -52,7 +52,8 @@ def pruned(script: str | Sequence[str], known: Known,
     kept, used = _reachable(chunks)
     imports = [text for text in (_used_import(c, used) for c in chunks if _info(c).imported)
                if text]
-    body = [c for c in chunks if not _info(c).imported and c in kept]
+    body = [c if CASE_LITERAL in _info(c).defines else _packed(c)  # the literal: packed already
+            for c in chunks if not _info(c).imported and c in kept]
     return _joined(header, imports, body)
 
 
@@ -86,6 +87,10 @@ class _Info:
     attrs: frozenset[str]
     #: Every attribute it assigns alone (``x.attr = ...``).
     stored: frozenset[str]
+    #: The attributes read in the keyword arguments of its calls of a name, apart from
+    #: :attr:`attrs`: (name called, keyword, attributes); read only where the keyword
+    #: stays (a field of a dataclass left out takes its keywords along).
+    keyword_reads: tuple[tuple[str, str, frozenset[str]], ...]
     imported: bool
     docstring: bool
     #: The tests on settings (``x.f``, ``x.f is None``, ...) its ``if`` statements and
@@ -102,12 +107,18 @@ def _info(text: str) -> _Info:
               and isinstance(n.targets[0], ast.Attribute)]
     annotations = {id(n) for a in nodes if isinstance(a, ast.AnnAssign)
                    for n in ast.walk(a.annotation)}
+    keywords = [(c.func.id, k.arg, [n for n in ast.walk(k.value) if isinstance(n, ast.Attribute)])
+                for c in nodes if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                for k in c.keywords if k.arg]
+    in_keywords = {id(n) for _, _, attrs in keywords for n in attrs}
     return _Info(tree, frozenset(_defines(tree)),
                  frozenset(n.id for n in nodes if isinstance(n, ast.Name)
                            and id(n) not in annotations),
                  frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)
-                           and not any(n is store for store in stores)),
+                           and id(n) not in in_keywords and not any(n is s for s in stores)),
                  frozenset(n.attr for n in stores),  # type: ignore[attr-defined]
+                 tuple((name, arg, frozenset(n.attr for n in attrs))  # type: ignore[attr-defined]
+                       for name, arg, attrs in keywords),
                  isinstance(tree, (ast.Import, ast.ImportFrom)), _is_docstring(tree),
                  tuple(a for t in tests for a in _atoms(t)))
 
@@ -158,7 +169,7 @@ def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] 
     while True:
         kept, _ = _reachable(chunks)
         owners = [c for c in chunks if _info(c).defines & {CASE_CLASS, CASE_LITERAL}]
-        read = set().union(*(_info(c).attrs for c in chunks if c in kept and c not in owners))
+        read = _read(chunks, kept, owners)
         calls = _calls(c for c in chunks if not _info(c).imported)
         out, dropped = [], {}
         for chunk in chunks:
@@ -186,6 +197,28 @@ def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] 
         chunks = out
 
 
+def _read(chunks: list[str], kept: set[str], owners: list[str]) -> set[str]:
+    """The attributes the kept statements (but the case's class and literal) read: those
+    outside keyword arguments, and those in the keyword arguments that stay (of a call of
+    something other than a kept dataclass, or setting a field read)."""
+    live = [c for c in chunks if c in kept and c not in owners]
+    read: set[str] = set().union(*(_info(c).attrs for c in live))
+    classes = {_info(c).tree.name for c in live  # type: ignore[attr-defined]
+               if isinstance(_info(c).tree, ast.ClassDef) and _is_dataclass(_info(c).tree)}
+    pending = [k for c in live for k in _info(c).keyword_reads]
+    while True:
+        staying = [k for k in pending if k[0] not in classes or k[1] in read]
+        if not staying:
+            return read
+        pending = [k for k in pending if k not in staying]
+        read.update(*(attrs for _, _, attrs in staying))
+
+
+def _is_dataclass(node: ast.stmt) -> bool:
+    return isinstance(node, ast.ClassDef) and not node.bases \
+        and any("dataclass" in ast.unparse(d) for d in node.decorator_list)
+
+
 def _fields(node: ast.ClassDef) -> list[ast.AnnAssign]:
     return [f for f in node.body if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)]
 
@@ -194,7 +227,7 @@ def _unread_dataclass_fields(node: ast.ClassDef, read: set[str],
                              calls: list[tuple[int, frozenset[str]]]) -> list[ast.AnnAssign]:
     """The fields of dataclass ``node`` that nothing kept reads (``x.field``) and no call
     of the class sets by position."""
-    if not any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+    if not _is_dataclass(node):
         return []
     by_position = max((n for n, _ in calls), default=0)
     return [f for f in _fields(node)[by_position:]
@@ -383,6 +416,7 @@ def _stripped(text: str) -> str:
 WIDTH = 110
 
 
+@functools.lru_cache(maxsize=4096)
 def _packed(text: str) -> str:
     """``text`` with each statement's continuation lines (inside brackets) joined onto as
     few lines as fit in :data:`WIDTH` characters; a statement with a string over several
