@@ -437,13 +437,15 @@ SCRIPT_CHECKS = ("oracle.", "init.", "replica.", "trace.no_sync", "trace.dtype",
 def carried_checks(case: Case, failed: Collection[str] | None) -> Case:
     """``case`` without the kinds of checks (:data:`CHECK_KINDS`) none of ``failed`` is:
     all of them where ``failed`` is unknown (None) or holds only checks the script does
-    not make; none where it is empty (a crash, a hang: the run itself reproduces it)."""
+    not make; none where it is empty (a crash, a hang: the run itself reproduces it, and
+    the single-process result is left out too)."""
     if failed is None or failed and not any(c.startswith(SCRIPT_CHECKS) for c in failed):
         return case
     flags: dict[str, Any] = {flag: any(c.startswith(prefix) for c in failed)
                              for flag, prefix in CHECK_KINDS.items()}
     # The volume rule (storage extents) for trace.reduced_once, or for trace.dtype's
     # per-dtype volume of a model with several gradient dtypes.
+    flags["oracle_checks"] = bool(failed)  # a crash or a hang: the run alone
     flags["trace_volume"] = case.trace_volume and (
         "trace.reduced_once" in failed or "trace.dtype" in failed and len(case.grad_dtypes) > 1)
     return dataclasses.replace(case, **flags)

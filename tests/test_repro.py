@@ -2,6 +2,7 @@
 torch's, under torchrun, with nothing of the harness imported."""
 from __future__ import annotations
 
+import ast
 import builtins
 import dataclasses
 import os
@@ -90,13 +91,14 @@ def _more(*values: str) -> object:
     return pytest.param(*values, marks=MORE)
 
 
-def _fails_then_passes(script: Path, evidence: str, ranks: int = 2) -> None:
+def _fails_then_passes(script: Path, evidence: str, ranks: int = 2,
+                       passing: str = "PASS: torch matches the single-process result") -> None:
     failing = _torchrun(script, ranks=ranks)
     assert failing.returncode != 0
     assert evidence in failing.stderr, failing.stderr[-3000:]
-    passing = _torchrun(script, "--ddp", "torch", ranks=ranks)
-    assert passing.returncode == 0, passing.stderr[-3000:]
-    assert "PASS: torch matches the single-process result" in passing.stdout
+    run = _torchrun(script, "--ddp", "torch", ranks=ranks)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert passing in run.stdout, run.stdout[-1000:]
 
 
 @pytest.mark.parametrize("mutant, case, evidence", [
@@ -125,10 +127,11 @@ def _fails_then_passes(script: Path, evidence: str, ranks: int = 2) -> None:
     # ZeroRedundancyOptimizer joined with DDP.
     _more("tests.mutants.reduction:SumsWithoutDividing", "join/zero-redundancy-optimizer",
           "step 0, '0.weight': gradient: max abs error"),
-    # An expected error: DDP must refuse a second comm hook.
-    ("tests.mutants.hooks:SecondCommHookAccepted", "errors/comm-hook-registered-twice",
-     "finished its 3 steps without raising; expected an error matching "
-     "'can only be called once'"),
+    # An expected error: DDP must refuse a second comm hook (run by default with its failed
+    # check known: test_a_defective_ddp_s_reproducer_within_400_lines).
+    _more("tests.mutants.hooks:SecondCommHookAccepted", "errors/comm-hook-registered-twice",
+          "finished its 3 steps without raising; expected an error matching "
+          "'can only be called once'"),
     # The real-world models and the newer procedures (tests/mutants/modern.py), each on the
     # catalog scenario that catches it in the harness. A channels_last ResNet (real_models.py,
     # its BatchNorm buffers broadcast): gradients come back permuted.
@@ -150,22 +153,52 @@ def _fails_then_passes(script: Path, evidence: str, ranks: int = 2) -> None:
 ])
 def test_the_reproducer_fails_with_the_mutant_and_passes_with_torch(
         mutant: str, case: str, evidence: str, tmp_path: Path) -> None:
-    _fails_then_passes(_script(case, mutant, tmp_path), evidence)
+    expects_error = parse_case(case).expect_error is not None
+    _fails_then_passes(_script(case, mutant, tmp_path), evidence, passing="PASS: torch " + (
+        "raises the expected error" if expects_error else "matches the single-process result"))
+
+
+def _bug_report_script(case: str, candidate: str, failed: list[str], directory: Path,
+                       lines: int) -> Path:
+    """The reproducer a bug report gets (the case's failed checks known, as from a run's
+    results.jsonl or a fuzz finding), checked to be at most ``lines`` long and to import
+    torch and the standard library only."""
+    script = directory / f"repro_{case.replace('/', '_').replace('-', '_')}.py"
+    script.write_text(write_script(parse_case(case), candidate, 2, failed))
+    text = script.read_text()
+    assert len(text.splitlines()) <= lines, len(text.splitlines())
+    imported = {(alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+                for node in ast.parse(text).body if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names}
+    assert imported <= {"torch", "__future__", *sys.stdlib_module_names}, imported
+    return script
 
 
 def test_a_defective_ddp_s_reproducer_with_its_failed_checks_known(tmp_path: Path) -> None:
-    """The reproducer a bug report gets (the case's failed checks known, as from a run's
-    results.jsonl or a fuzz finding): at most 700 lines (the goal is 400), torch and the
-    standard library only, failing with the defective DDP and passing with torch's."""
-    script = tmp_path / "repro_exact_dyadic.py"
-    script.write_text(write_script(parse_case("gradients/exact-dyadic"),
-                                   "tests.defective:SumsWithoutDividing", 2,
-                                   ["oracle.grad", "oracle.param"]))
-    text = script.read_text()
-    assert len(text.splitlines()) <= 700
-    imported = {m.split(".")[0] for m in re.findall(r"^(?:from|import)\s+([\w.]+)", text, re.M)}
-    assert imported <= {"torch", "__future__", *sys.stdlib_module_names}, imported
+    """A wrong gradient (the single-process result, the ranks' training, the gradient and
+    parameter checks): measured 483 lines (the goal for a bug report is 400: not reached
+    for this kind), failing with the defective DDP and passing with torch's."""
+    script = _bug_report_script("gradients/exact-dyadic", "tests.defective:SumsWithoutDividing",
+                                ["oracle.grad", "oracle.param"], tmp_path, 500)
     _fails_then_passes(script, "step 0, '0.weight': gradient: max abs error")
+
+
+@pytest.mark.parametrize("case, candidate, failed, evidence, passing", [
+    # A crash (no check failed): the run alone, no single-process result (measured 338 lines).
+    ("gradients/exact-dyadic", "tests.defective:RaisesOnRank1", [],
+     "(RuntimeError: defective candidate: rank 1 gives up)", "PASS: torch runs the case to its end"),
+    # An expected error (measured 329 lines).
+    ("errors/comm-hook-registered-twice", "tests.defective:AcceptsSecondCommHook",
+     ["expected_error"], "finished its 3 steps without raising; expected an error matching "
+     "'can only be called once'", "PASS: torch raises the expected error"),
+], ids=["crash", "expected-error"])
+def test_a_defective_ddp_s_reproducer_within_400_lines(
+        case: str, candidate: str, failed: list[str], evidence: str, passing: str,
+        tmp_path: Path) -> None:
+    """A crash's and an expected error's reproducers with their failed checks known: at most
+    400 lines, failing with the defective DDP, passing with torch's."""
+    _fails_then_passes(_bug_report_script(case, candidate, failed, tmp_path, 400), evidence,
+                       passing=passing)
 
 
 #: A ``composed`` scenario as the fuzz generator draws it (catalog/strategies.py: the
@@ -554,6 +587,9 @@ def test_the_kinds_of_checks_carried_are_those_that_failed() -> None:
     assert carried(["reference.grad", "trace.buckets"]) == (True,) * 4  # none the script's
     assert carried(["oracle.grad", "oracle.param"]) == (False,) * 4
     assert carried(["oracle.buffer", "replica.final"]) == (False, True, False, True)
+    # The single-process result: left out only where no check failed (a crash, a hang).
+    assert not carried_checks(full, []).oracle_checks
+    assert carried_checks(full, ["trace.no_sync"]).oracle_checks
     assert carried(["init.param", "trace.no_sync"]) == (True, False, True, False)
     # The volume rule only for a failed trace.reduced_once (or trace.dtype's per-dtype
     # volume in a model with several gradient dtypes; this one has one).

@@ -95,6 +95,9 @@ class Case:
     #: whose case's failed checks are known leaves out the kinds none of them is).
     init_checks: bool = True
     buffer_checks: bool = True
+    #: Compute the single-process result and compare each step with it (a reproducer of a
+    #: crash or a hang, which no check failed, needs none: the run itself reproduces it).
+    oracle_checks: bool = True
     trace_checks: bool = True
     replica_checks: bool = True
 
