@@ -242,7 +242,7 @@ def _without_keywords(text: str, dropped: Mapping[str, set[str]]) -> str:
     if not text.isascii() or not (_info(text).stored & fields or any(
             name in _info(text).names and f for name, f in dropped.items())):
         return text
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int, str]] = []
     for call in ast.walk(_info(text).tree):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
                 and dropped.get(call.func.id)):
@@ -256,15 +256,17 @@ def _without_keywords(text: str, dropped: Mapping[str, set[str]]) -> str:
             j = i
             while j < len(items) and gone[j]:
                 j += 1
-            if j > i:
-                spans.append((_at(text, items[i]), _at(text, items[j])) if j < len(items) else
-                             (_at(text, items[i - 1], end=True) if i else _at(text, items[i]),
-                              _at(text, items[j - 1], end=True)))
+            if j > i and j < len(items):  # up to the next item, on its line if it had one
+                next_line = items[j].lineno != items[i].lineno  # type: ignore[attr-defined]
+                spans.append((_at(text, items[i]), _at(text, items[j]),
+                              "\n" + " " * items[j].col_offset if next_line else ""))  # type: ignore[attr-defined]
+            elif j > i:
+                spans.append((_at(text, items[i - 1], end=True) if i else _at(text, items[i]),
+                              _at(text, items[j - 1], end=True), ""))
             i = j + 1
-    merged = sorted(spans)
-    for start, end in reversed(merged):  # disjoint: runs, in calls apart or nested
-        text = text[:start] + text[end:]
-    text = "\n".join(line for line in text.splitlines() if line.strip())
+    for start, end, replacement in sorted(spans, reverse=True):  # disjoint runs
+        text = text[:start] + replacement + text[end:]
+    text = "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
     return _edited(text, [(n.lineno, _end(n), []) for n in ast.walk(ast.parse(text))
                           if isinstance(n, ast.Assign) and len(n.targets) == 1
                           and isinstance(n.targets[0], ast.Attribute)
