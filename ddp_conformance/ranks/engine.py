@@ -34,13 +34,10 @@ from ddp_conformance.contract.adapter import Adapter
 from ddp_conformance.contract.candidate import Candidate
 from ddp_conformance.contract.capability import Capability
 from ddp_conformance.contract.refusal import Unsupported, incidental
-from ddp_conformance.ranks.records import RankRecord, StepRecord, Tensors
+from ddp_conformance.ranks.forward_buffers import BuffersAtForward
+from ddp_conformance.ranks.records import RankRecord, StepRecord
 from ddp_conformance.ranks.tracing import TRACER
 from ddp_conformance.script.forwards import training_loss
-
-
-def _snapshot(tensors: Any) -> Tensors:
-    return {n: t.detach().clone() for n, t in tensors}
 
 
 class PhaseClock:
@@ -103,8 +100,8 @@ def _run_scenario(scenario: Scenario, candidate: Candidate, rank: int, world_siz
     record = _initial_record(scenario, adapter, rank)
     if record.accepted:
         return record
-    at_forward: list[Tensors] = []  # filled by the hook, emptied after every step
-    hooks = [_snapshot_buffers_at_forward(module, at_forward)]
+    at_forward = BuffersAtForward()  # filled by the hook, emptied after every step
+    hooks = [at_forward.watch(module)]
     steps = scenario.steps_for(group_rank)
     clock.enter("steps")
     try:
@@ -214,13 +211,6 @@ def _join(scenario: Scenario, adapter: Adapter) -> contextlib.AbstractContextMan
         throw_on_early_termination=scenario.join.throw_on_early_termination)
 
 
-def _snapshot_buffers_at_forward(module: torch.nn.Module, at_forward: list[Tensors]) -> Any:
-    """A forward pre-hook on the unwrapped module that appends its buffers to
-    ``at_forward`` (after any broadcast the candidate did in its own forward); its handle."""
-    return module.register_forward_pre_hook(
-        lambda mod, args: at_forward.append(_snapshot(mod.named_buffers())))
-
-
 def _register_hooks(scenario: Scenario, adapter: Adapter, process_group: Any) -> None:
     """After wrapping: the scenario's comm hook (``comm_hook_registrations`` times; a
     ``builtin_`` one through ``_register_builtin_comm_hook``), its buffer comm hook, and
@@ -270,7 +260,7 @@ def _join_groups(groups: tuple[tuple[int, ...], ...], rank: int) -> tuple[Any, l
 
 
 def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record: RankRecord,
-           steps: int, at_forward: list[Tensors], rank: int, world_size: int,
+           steps: int, at_forward: BuffersAtForward, rank: int, world_size: int,
            device: torch.device, clock: PhaseClock, process_group: Any,
            hooks: list[Any]) -> None:
     """The training loop: per step, the model's ``before_step``, the eval forward
@@ -297,14 +287,15 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
                 handle.remove()
             module = adapter.copy_wrapper(_copy_wrapper(str(scenario.copy_wrapper)))
             adapter.set_optimizer(lambda params: make_optimizer(scenario, params))
-            hooks[:] = [_snapshot_buffers_at_forward(module, at_forward)]
+            hooks[:] = [at_forward.watch(module)]
         if scenario.broadcast_buffers_off_at == step:
             adapter.set_broadcast_buffers(False)
         if spec.before_step is not None:
             spec.before_step(module, step)
         if scenario.eval_between_steps and step > 0:
             TRACER.phase("eval", step)
-            _eval_forward(scenario, adapter, rank, step, world_size, device)
+            _eval_forward(scenario, adapter, at_forward.forward(adapter), rank, step,
+                          world_size, device)
         TRACER.phase("zero_grad", step)
         clock.enter("steps")
         adapter.zero_grad(scenario.zero_grad_set_to_none)
@@ -323,13 +314,14 @@ def _train(scenario: Scenario, adapter: Adapter, module: torch.nn.Module, record
             spec.after_step(module, step)
         TRACER.phase("record", step)
         clock.enter("record")
+        at_forward.settle()
         record.steps.append(StepRecord(grads, adapter.parameters(), adapter.buffers(),
-                                       list(at_forward)))
-        at_forward.clear()
+                                       list(at_forward.taken)))
+        at_forward.taken.clear()
     clock.enter("steps")
 
 
-def _microbatches(scenario: Scenario, adapter: Adapter, at_forward: list[Tensors], rank: int,
+def _microbatches(scenario: Scenario, adapter: Adapter, at_forward: BuffersAtForward, rank: int,
                   step: int, world_size: int, device: torch.device, process_group: Any) -> None:
     """One step's forwards and backwards through the candidate: the forward that raises
     inside ``no_sync`` (``raise_in_no_sync``), then each microbatch's forwards and backward
@@ -337,10 +329,10 @@ def _microbatches(scenario: Scenario, adapter: Adapter, at_forward: list[Tensors
     last = scenario.microbatches - 1
     if scenario.raise_in_no_sync:  # a forward that raises inside no_sync, caught
         TRACER.phase("forward", step, 0)
-        mark = len(at_forward)
-        raise_in_no_sync(scenario, adapter.no_sync, adapter.forward, rank, step,
+        mark = len(at_forward.taken)
+        raise_in_no_sync(scenario, adapter.no_sync, at_forward.forward(adapter), rank, step,
                          world_size, device)
-        del at_forward[mark:]  # the raised forward is none of the step's forwards
+        del at_forward.taken[mark:]  # the raised forward is none of the step's forwards
     # NESTED_NO_SYNC: one no_sync() around all but the last microbatch, and a second,
     # nested one around every other microbatch inside it.
     outer = contextlib.ExitStack()
@@ -356,7 +348,8 @@ def _microbatches(scenario: Scenario, adapter: Adapter, at_forward: list[Tensors
             sync = contextlib.nullcontext() if synced(scenario, mb) else adapter.no_sync()
         with sync:
             TRACER.phase("forward", step, mb)
-            loss = _microbatch_loss(scenario, adapter, rank, step, mb, world_size, device)
+            loss = _microbatch_loss(scenario, at_forward.forward(adapter), rank, step, mb,
+                                    world_size, device)
             TRACER.phase("backward", step, mb)
             backward_passes(scenario, loss, adapter.backward, adapter.backward_retaining)
             if scenario.barrier_after_backward:
@@ -367,18 +360,18 @@ def _microbatches(scenario: Scenario, adapter: Adapter, at_forward: list[Tensors
             outer.close()
 
 
-def _microbatch_loss(scenario: Scenario, adapter: Adapter, rank: int, step: int, mb: int,
+def _microbatch_loss(scenario: Scenario, forward: Any, rank: int, step: int, mb: int,
                      world_size: int, device: torch.device) -> Any:
     """The loss of microbatch ``mb``'s forwards through the candidate
     (:func:`~ddp_conformance.script.forwards.training_loss`)."""
     return training_loss(range(scenario.forwards),
                          lambda f: batch(scenario, rank, step, mb, world_size, device, f),
                          lambda f: seed_forward(scenario, rank, step, mb, f),
-                         lambda: forward_context(scenario, device), adapter.forward,
+                         lambda: forward_context(scenario, device), forward,
                          get_model(scenario.model).loss)
 
 
-def _eval_forward(scenario: Scenario, adapter: Adapter, rank: int, step: int,
+def _eval_forward(scenario: Scenario, adapter: Adapter, forward: Any, rank: int, step: int,
                   world_size: int, device: torch.device) -> None:
     """A validation forward through the candidate: ``eval()`` mode, ``torch.no_grad()``
     (DDP then neither prepares a backward nor, at the next forward, broadcasts buffers)."""
@@ -387,7 +380,7 @@ def _eval_forward(scenario: Scenario, adapter: Adapter, rank: int, step: int,
     adapter.train(False)
     try:
         with torch.no_grad():
-            adapter.forward(*inputs)
+            forward(*inputs)
     finally:
         adapter.train(True)
 

@@ -25,7 +25,10 @@ The harness's own rank machinery is no candidate: a function it installs lazily 
 tracing group's wrapper of ``_new_process_group_helper``) and a thread it starts lazily
 (the group reaper, the flight recorder's completion watcher) come from code of
 :data:`HARNESS_PACKAGE`; they join the fingerprint when first seen. So do torch's own
-lazily installed wrappers (:func:`_torch_wrapper`: dynamo's of ``torch.nn.Module.__init__``).
+lazily installed wrappers (:func:`_torch_wrapper`: dynamo's of ``torch.nn.Module.__init__``)
+and the progress-bar monitor thread a first ``torch.compile`` starts
+(:func:`_progress_monitors`; retiring a rank for it replaced the rank after every compiled
+case, and the next case paid a fresh process's compiler start-up again).
 What torch's DDP and the reference leave across the whole catalog is nothing of the above
 (measured: no note in a catalog run of both), so the fingerprint changes no correct
 candidate's verdict. Its cost is about 0.2 ms per job (median, measured in-process), most
@@ -195,6 +198,20 @@ def _harness_threads() -> set[int]:
             if t.ident is not None and _harness_code(getattr(t, "_target", None))}
 
 
+def _progress_monitors() -> set[int]:
+    """tqdm's monitor thread (:class:`tqdm.std.TMonitor`), which torch starts lazily, once
+    per process, as a fresh rank would too: every ``torch.compile`` runs ``torch.fx``'s
+    ``Interpreter``, which opens a (disabled) tqdm bar, and tqdm starts its monitor with the
+    process's first bar and keeps it. The thread only watches tqdm's bars."""
+    import threading
+
+    monitor = getattr(sys.modules.get("tqdm.std"), "TMonitor", None)
+    if monitor is None:
+        return set()
+    return {t.ident for t in threading.enumerate()
+            if t.ident is not None and isinstance(t, monitor)}
+
+
 class Fingerprint:
     """A rank's process state before its first job (see the module docstring)."""
 
@@ -345,8 +362,8 @@ class Fingerprint:
 
         foreign = _python_threads() - self._threads - set(self._exempt_threads())
         if foreign:
-            harness = foreign & _harness_threads()
-            self._threads |= harness  # started lazily by the rank machinery
+            harness = foreign & (_harness_threads() | _progress_monitors())
+            self._threads |= harness  # started lazily by the rank machinery, or torch
             foreign -= harness
         if foreign:
             names = {t.ident: t.name for t in threading.enumerate()}
