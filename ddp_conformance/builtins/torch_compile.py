@@ -62,6 +62,20 @@ the whole process when built: undone after construction, applied around this can
 own calls). The first forward checks that dynamo compiled a graph, and for
 ``torch-compile-ca`` the first backward that compiled autograd captured one, so a run
 that quietly fell back to eager is an error, not a pass.
+
+What a case costs is compiling the fresh model once (about 1 to 3 s a case here, 25 to 90 s
+for the 204-tensor model), not the harness: its buffers-at-forward hook, which dynamo traces
+into the model's graph, appends to a list that is empty at every forward (a growing list
+made every forward of a step a recompilation,
+:mod:`ddp_conformance.ranks.forward_buffers`), and the monitor thread tqdm starts under
+``torch.fx`` at the first compile no longer retires the rank (a fresh rank per case paid
+the compiler's start-up every time, :mod:`ddp_conformance.ranks.hygiene`). Neither
+changes a setting of the candidate. What was weighed and kept: dynamo's default automatic
+dynamic shapes (a second batch shape recompiles, symbolic; ``dynamic=False`` is not what
+the documentation has a user write, and such recompiles are a few per catalog), the reset
+per wrap (a graph kept from another DDP keeps its bucket split), and the backends' own
+caches as torch configures them (inductor's FX graph and AOTAutograd caches are on by
+default and shared by the ranks; ``aot_eager`` has none).
 """
 from __future__ import annotations
 
