@@ -60,10 +60,11 @@ from ddp_conformance.catalog.tables import scenario_case
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.tolerance import RTOL
-from ddp_conformance.repro_prune import WIDTH, defined_names, pruned
+from ddp_conformance.repro_prune import BARE, WIDTH, defined_names, pruned
 from ddp_conformance.script import reproducer
 from ddp_conformance.script.case import Case
 from ddp_conformance.script.case import procedure as script_procedure
+from ddp_conformance.script.single_process import Procedure
 
 
 def unsupported(scenario: Scenario) -> str:
@@ -462,7 +463,19 @@ def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
             "proc": {**{f.name: getattr(proc, f.name) for f in dataclasses.fields(proc)},
                      "evals": proc.evals},
             "spec": {"before_step": spec.before_step, "after_step": spec.after_step},
-            "TRACE": {"memory": case.trace_checks and case.trace_volume}}
+            "TRACE": {"memory": case.trace_checks and case.trace_volume},
+            BARE: {"optimizer_name": case.optimizer,
+                   **model_facts(proc, scenario.groups_for(case.world_size)[0][0])}}
+
+
+def model_facts(proc: Procedure, rank: int) -> dict[str, bool]:
+    """What the single process's code computes of the model as ``rank`` builds it:
+    whether it has buffers, a sparse embedding (torch's RNG left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        model = proc.build(rank)
+    return {"model_has_buffers": any(True for _ in model.buffers()),
+            "model_has_sparse": any(isinstance(m, torch.nn.Embedding) and m.sparse
+                                    for m in model.modules())}
 
 
 def case_literal(case: Case, read: Collection[str] | None = None) -> str:

@@ -30,9 +30,14 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
+from ddp_conformance.repro_dead import without_dead_stores
+
 #: Name -> (field -> value): the values a script's tests read, by the name they are read
 #: through (``case.exact``: {"case": {"exact": True}}).
 Known = Mapping[str, Mapping[str, Any]]
+#: The entry of :data:`Known` for bare names (a local the script's code computes from the
+#: model, ``model_has_buffers``): {"": {"model_has_buffers": False}}.
+BARE = ""
 
 
 def pruned(script: str | Sequence[str], known: Known,
@@ -111,16 +116,32 @@ def _info(text: str) -> _Info:
                 for c in nodes if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
                 for k in c.keywords if k.arg]
     in_keywords = {id(n) for _, _, attrs in keywords for n in attrs}
+    case_names = {"case", CASE_LITERAL} | ({"self"} if _defines(tree) == {CASE_CLASS} else set())
     return _Info(tree, frozenset(_defines(tree)),
                  frozenset(n.id for n in nodes if isinstance(n, ast.Name)
                            and id(n) not in annotations),
-                 frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)
+                 frozenset(_read_as(n, case_names) for n in nodes if isinstance(n, ast.Attribute)
                            and id(n) not in in_keywords and not any(n is s for s in stores)),
                  frozenset(n.attr for n in stores),  # type: ignore[attr-defined]
-                 tuple((name, arg, frozenset(n.attr for n in attrs))  # type: ignore[attr-defined]
+                 tuple((name, arg, frozenset(_read_as(n, case_names) for n in attrs))
                        for name, arg, attrs in keywords),
                  isinstance(tree, (ast.Import, ast.ImportFrom)), _is_docstring(tree),
                  tuple(a for t in tests for a in _atoms(t)))
+
+
+#: How a read of a field of the case is told apart from a read of another class's field of
+#: the same name (``case.steps``, ``record.steps``): ``case:steps``.
+CASE_READ = "case:"
+
+
+def _read_as(node: ast.Attribute, case_names: set[str]) -> str:
+    """The attribute ``node`` reads: its name, or :data:`CASE_READ` and its name when it
+    reads it of the case (``case.f``, ``CASE.f``, ``x.case.f``; ``self.f`` in the class of
+    the case): the script's code names the case ``case`` wherever it holds one."""
+    receiver = node.value
+    of_case = isinstance(receiver, ast.Name) and receiver.id in case_names \
+        or isinstance(receiver, ast.Attribute) and receiver.attr == "case"
+    return CASE_READ + node.attr if of_case else node.attr
 
 
 def _atoms(test: ast.expr) -> Iterator[ast.expr]:
@@ -150,7 +171,7 @@ def _folded_chunk(text: str, known: Known) -> str:
         unfolded, result = "", text
         while unfolded != result:  # an ``if`` inside a folded one: the next round
             unfolded, result = result, _chosen(folded(result, known), known)
-        _FOLDED[key] = _packed(_unannotated(_stripped(result)))
+        _FOLDED[key] = _packed(_unannotated(_stripped(without_dead_stores(result))))
     return _FOLDED[key]
 
 
@@ -170,15 +191,16 @@ def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] 
         kept, _ = _reachable(chunks)
         owners = [c for c in chunks if _info(c).defines & {CASE_CLASS, CASE_LITERAL}]
         read = _read(chunks, kept, owners)
+        of_case = {a.removeprefix(CASE_READ) for a in read if a.startswith(CASE_READ)}
         calls = _calls(c for c in chunks if not _info(c).imported)
         out, dropped = [], {}
         for chunk in chunks:
             node = _info(chunk).tree
             if chunk in kept and isinstance(node, ast.ClassDef) and not node.bases:
-                spans = _unread_methods(node, read)
+                spans = _unread_methods(node, of_case if node.name == CASE_CLASS else read)
                 if node.name == CASE_CLASS:
                     spans += [(f.lineno, _end(f), []) for f in _fields(node)
-                              if f.target.id not in read]  # type: ignore[union-attr]
+                              if f.target.id not in of_case]  # type: ignore[union-attr]
                 else:
                     fields = _unread_dataclass_fields(node, read, calls.get(node.name, []))
                     spans += [(f.lineno, _end(f), []) for f in fields]
@@ -188,8 +210,8 @@ def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] 
                     and isinstance(node.value, ast.Call):
                 chunk = _edited(chunk, [
                     (k.value.lineno, _end(k.value), []) for k in node.value.keywords
-                    if k.arg not in read]) if literal is None else \
-                    f"{CASE_LITERAL} = {literal(read)}"
+                    if k.arg not in of_case]) if literal is None else \
+                    f"{CASE_LITERAL} = {literal(of_case)}"
             out.append(chunk)
         out = [_without_keywords(chunk, dropped) for chunk in out]
         if out == chunks:
@@ -207,7 +229,8 @@ def _read(chunks: list[str], kept: set[str], owners: list[str]) -> set[str]:
                if isinstance(_info(c).tree, ast.ClassDef) and _is_dataclass(_info(c).tree)}
     pending = [k for c in live for k in _info(c).keyword_reads]
     while True:
-        staying = [k for k in pending if k[0] not in classes or k[1] in read]
+        staying = [k for k in pending if k[0] not in classes or k[1] in read
+                   or k[0] == CASE_CLASS and CASE_READ + k[1] in read]
         if not staying:
             return read
         pending = [k for k in pending if k not in staying]
@@ -580,6 +603,8 @@ _UNKNOWN = object()
 
 
 def _setting(node: ast.expr, known: Known) -> Any:
+    if isinstance(node, ast.Name) and node.id in known.get(BARE, {}):
+        return known[BARE][node.id]
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
             and node.attr in known.get(node.value.id, {}):
         return known[node.value.id][node.attr]

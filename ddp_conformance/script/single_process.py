@@ -144,6 +144,8 @@ def clone(tensors: Mapping[str, Tensor]) -> Tensors:
 def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
     """The single-process result of the DDP group of global ``ranks``."""
     model = proc.build(ranks[0])
+    # Facts of the model a reproducer's script is cut on (ddp_conformance/repro_prune.py).
+    model_has_sparse = any(isinstance(m, nn.Embedding) and m.sparse for m in model.modules())
     rank_buffers = {r: clone(dict(model.named_buffers())) if proc.init_syncs_buffers
                     else clone(dict(proc.build(r).named_buffers())) for r in ranks}
     params = dict(model.named_parameters())
@@ -165,7 +167,7 @@ def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
                                                        divisor, previous, stale_used_map)
         for name, p in params.items():
             expected = grads[name]
-            if expected is not None and sparse_parameter(model, name):
+            if model_has_sparse and expected is not None and sparse_parameter(model, name):
                 expected = expected.to_sparse()
             p.grad = None if expected is None else expected.clone()
         optimizer.step()
@@ -227,17 +229,20 @@ def _forwards(proc: Procedure, model: nn.Module, step: int, active: list[int],
     at_forward: dict[int, list[Tensors]] = {r: [] for r in active}
     defined: list[frozenset[str]] = []
     source_at: dict[int, Tensors] = {}  # the source's buffers at each forward
+    model_has_buffers = any(True for _ in model.named_buffers())
     for mb in sorted({m for m, _ in plan}):  # the eval forward (-1) first
         positions = [i for i, (m, _) in enumerate(plan) if m == mb]
         produced: set[str] = set()
         for r in order:
             loss: Any = 0
             for i in positions:
-                _sync_buffers(proc, model, step, i, r, source, positions[0], rank_buffers,
-                              source_at)
+                if model_has_buffers:
+                    _sync_buffers(proc, model, step, i, r, source, positions[0], rank_buffers,
+                                  source_at)
                 at_forward[r].append(clone(rank_buffers[r]))
                 loss = loss + _one_forward(proc, model, (r, step, mb, plan[i][1]))
-                rank_buffers[r] = clone(dict(model.named_buffers()))
+                if model_has_buffers:
+                    rank_buffers[r] = clone(dict(model.named_buffers()))
             if mb >= 0:
                 _backward(proc, model, loss, local[r], produced)
         if mb >= 0:
@@ -280,8 +285,9 @@ def _backward(proc: Procedure, model: nn.Module, loss: Tensor, local: Tensors,
               produced: set[str]) -> None:
     """One rank's backward(s) of a microbatch's loss; its gradients added to ``local``."""
     model.zero_grad(set_to_none=True)
-    for _ in range(proc.backwards - 1):
-        loss.backward(retain_graph=True)
+    if proc.backwards != 1:
+        for _ in range(proc.backwards - 1):
+            loss.backward(retain_graph=True)
     loss.backward()
     for name, p in model.named_parameters():
         if p.grad is not None:
