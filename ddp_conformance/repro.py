@@ -551,15 +551,13 @@ def write_file(script: str, scenario: Scenario, directory: str) -> str:
     return path
 
 
-_HEADER = '''"""Reproducer of ddp-conformance case {id}[{candidate}], {ws} ranks; torch
-and the candidate's package only. From the directory the candidate imports from:
+_HEADER = '''"""Reproducer of ddp-conformance case {id}[{candidate}], {ws} ranks; torch and the
+candidate's package only. ddp-conformance's code (ddp_conformance/script/, the model's, the comm
+hook's) cut to what the case runs and the kinds of checks it failed, written by `ddp-conformance
+repro {id} --candidate {candidate} --world-size {ws}`. From the directory the candidate imports from:
     torchrun --standalone --nproc-per-node {ws} {name}              # the candidate: fails
     torchrun --standalone --nproc-per-node {ws} {name} --ddp torch  # torch's DDP: passes
-A collective waits at most 30 s (--timeout S, REPRO_TIMEOUT_S=S); a rank that gives up says
-which collective it was in. The code is ddp-conformance's (ddp_conformance/script/, the
-model's, the comm hook's; what it checks: ddp_conformance/repro.py) cut to what this case
-runs; written by `ddp-conformance repro {id} --candidate {candidate} --world-size {ws}`
-(with --report-dir holding a run of it: only the kinds of checks it failed).
+A collective waits at most 30 s (--timeout S, REPRO_TIMEOUT_S=S); a rank that gives up names it.
 """'''
 
 

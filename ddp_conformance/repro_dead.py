@@ -11,6 +11,7 @@ block, or shares a line with another, stays.
 from __future__ import annotations
 
 import ast
+import functools
 
 #: Builtins whose call computes a value and changes nothing.
 PURE_CALLS = frozenset({"all", "any", "bool", "dict", "enumerate", "float", "frozenset",
@@ -21,6 +22,7 @@ PURE_METHODS = frozenset({"get", "items", "keys", "values", "modules", "named_bu
                           "named_parameters", "parameters"})
 
 
+@functools.lru_cache(maxsize=4096)
 def without_dead_stores(text: str) -> str:
     """``text`` (one top-level statement) without the assignments of pure expressions to
     locals of its functions that nothing reads, repeated until none is left."""

@@ -14,8 +14,11 @@ model's, the comm hook's). :func:`pruned` keeps of it what the case reaches:
   (the imports' users, the ``__main__`` block, ``CASE``) stay, and only the imports that
   something kept uses; of the ``Case`` class and the ``CASE`` literal, only the fields
   something kept reads (:func:`_unread_fields`);
-- docstrings, comments and blank lines inside definitions go (one blank line between
-  top-level statements); the script's own header, its module docstring, stays.
+- docstrings, comments and blank lines go, and so do the assignments of pure values to
+  locals nothing reads (:func:`~ddp_conformance.repro_dead.without_dead_stores`); a block
+  of one simple statement goes onto its header's line
+  (:func:`~ddp_conformance.repro_oneline.one_line_blocks`); the script's own header, its
+  module docstring, stays.
 
 Every kept line is the source's own line, so the script reads as the harness's code.
 """
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddp_conformance.repro_dead import without_dead_stores
+from ddp_conformance.repro_oneline import one_line_blocks
 
 #: Name -> (field -> value): the values a script's tests read, by the name they are read
 #: through (``case.exact``: {"case": {"exact": True}}).
@@ -57,7 +61,8 @@ def pruned(script: str | Sequence[str], known: Known,
     kept, used = _reachable(chunks)
     imports = [text for text in (_used_import(c, used) for c in chunks if _info(c).imported)
                if text]
-    body = [c if CASE_LITERAL in _info(c).defines else _packed(c)  # the literal: packed already
+    body = [c if CASE_LITERAL in _info(c).defines  # the literal: packed already
+            else one_line_blocks(_packed(without_dead_stores(c)), WIDTH)
             for c in chunks if not _info(c).imported and c in kept]
     return _joined(header, imports, body)
 
@@ -206,6 +211,7 @@ def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] 
                     spans += [(f.lineno, _end(f), []) for f in fields]
                     dropped[node.name] = {f.target.id for f in fields}  # type: ignore[union-attr]
                 chunk = _edited(chunk, spans)
+                chunk += "\n    pass" if chunk.rstrip().endswith(":") else ""  # no field left
             elif chunk in owners and isinstance(node, ast.Assign) \
                     and isinstance(node.value, ast.Call):
                 chunk = _edited(chunk, [
@@ -332,8 +338,8 @@ def _end(node: ast.AST) -> int:
 
 
 def _joined(header: str | None, imports: list[str], body: list[str]) -> str:
-    """The header, the imports (the plain ones as one statement), the code: a blank line
-    between these and before the case (``CANDIDATE``), none between definitions."""
+    """The header, the imports (the plain ones as one statement), the code, the case
+    (``CANDIDATE``, ``CASE``): no blank line between them."""
     plain = [text.removeprefix("import ") for text in imports if text.startswith("import ")]
     imports = [text for text in imports if not text.startswith("import ")]
     if plain:
@@ -348,7 +354,7 @@ def _joined(header: str | None, imports: list[str], body: list[str]) -> str:
             code = []
         code.append(text)
     out += ["\n".join(code)] if code else []
-    return "\n\n".join(out) + "\n"
+    return "\n".join(out) + "\n"
 
 
 def _defines_case(text: str) -> bool:
