@@ -1,4 +1,5 @@
-"""A reproducer's one-statement blocks on their header's line: :func:`one_line_blocks`.
+"""A reproducer's one-statement blocks on their header's line (:func:`one_line_blocks`), its
+classes' fields on few lines (:func:`packed_fields`).
 
 ``if x:`` / ``else:`` / ``for ...:`` / ``def f(...):`` / ``try:`` / ``except ...:`` ...
 followed by a block of one simple statement on one line (``return y``, ``a = b``) are
@@ -45,3 +46,32 @@ def _joinable(tree: ast.AST) -> list[int]:
 
 def _is_elif(node: ast.AST, block: list[ast.stmt]) -> bool:
     return isinstance(node, ast.If) and block is node.orelse and isinstance(block[0], ast.If)
+
+
+@functools.lru_cache(maxsize=4096)
+def packed_fields(text: str, width: int) -> str:
+    """``text`` (whole statements, no comments) with the runs of one-line assignments in
+    its classes' bodies (a dataclass's fields: ``step: int``, ``nbytes: int = 0``) joined
+    by ``; `` onto as few lines as fit in ``width`` characters."""
+    lines = text.splitlines()
+    runs: list[list[ast.stmt]] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef):
+            run: list[ast.stmt] = []
+            for statement in [*node.body, None]:
+                if isinstance(statement, (ast.AnnAssign, ast.Assign)) \
+                        and statement.lineno == statement.end_lineno:
+                    run.append(statement)
+                    continue
+                runs += [run] if len(run) > 1 else []
+                run = []
+    for run in sorted(runs, key=lambda r: -r[0].lineno):
+        first, last = run[0].lineno - 1, run[-1].lineno - 1
+        out = [lines[first].rstrip()]
+        for line in lines[first + 1:last + 1]:
+            if len(out[-1]) + 2 + len(line.strip()) <= width:
+                out[-1] += "; " + line.strip()
+            else:
+                out.append(line.rstrip())
+        lines[first:last + 1] = out
+    return "\n".join(lines)

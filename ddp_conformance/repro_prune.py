@@ -17,8 +17,9 @@ model's, the comm hook's). :func:`pruned` keeps of it what the case reaches:
 - docstrings, comments and blank lines go, and so do the assignments of pure values to
   locals nothing reads (:func:`~ddp_conformance.repro_dead.without_dead_stores`); a block
   of one simple statement goes onto its header's line
-  (:func:`~ddp_conformance.repro_oneline.one_line_blocks`); the script's own header, its
-  module docstring, stays.
+  (:func:`~ddp_conformance.repro_oneline.one_line_blocks`), a class's fields onto few
+  lines (:func:`~ddp_conformance.repro_oneline.packed_fields`); the script's own header,
+  its module docstring, stays.
 
 Every kept line is the source's own line, so the script reads as the harness's code.
 """
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddp_conformance.repro_dead import without_dead_stores
-from ddp_conformance.repro_oneline import one_line_blocks
+from ddp_conformance.repro_oneline import one_line_blocks, packed_fields
 
 #: Name -> (field -> value): the values a script's tests read, by the name they are read
 #: through (``case.exact``: {"case": {"exact": True}}).
@@ -62,7 +63,7 @@ def pruned(script: str | Sequence[str], known: Known,
     imports = [text for text in (_used_import(c, used) for c in chunks if _info(c).imported)
                if text]
     body = [c if CASE_LITERAL in _info(c).defines  # the literal: packed already
-            else one_line_blocks(_packed(without_dead_stores(c)), WIDTH)
+            else one_line_blocks(packed_fields(_packed(without_dead_stores(c)), WIDTH), WIDTH)
             for c in chunks if not _info(c).imported and c in kept]
     return _joined(header, imports, body)
 
