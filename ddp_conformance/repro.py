@@ -455,7 +455,8 @@ def carried_checks(case: Case, failed: Collection[str] | None) -> Case:
 def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
     """What the script's tests read that the case fixes, by the name they read it through:
     the case's fields and ``evals``, the single-process procedure's (and ``evals``), the
-    model's step hooks, the tracer's ``memory`` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
+    model's step hooks, the tracer's ``memory``; as bare names, the optimizer's name and
+    :func:`model_facts` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
     spec = MODELS[scenario.model]
     proc = script_procedure(case, spec, scenario.groups_for(case.world_size)[0])
     return {"case": {**{f.name: getattr(case, f.name) for f in dataclasses.fields(case)},
