@@ -60,10 +60,11 @@ from ddp_conformance.catalog.tables import scenario_case
 from ddp_conformance.errors import UsageError
 from ddp_conformance.judge.checks.trace_dtype import hook_wire_dtype
 from ddp_conformance.judge.tolerance import RTOL
-from ddp_conformance.repro_prune import WIDTH, defined_names, pruned
+from ddp_conformance.repro_prune import BARE, WIDTH, defined_names, pruned
 from ddp_conformance.script import reproducer
 from ddp_conformance.script.case import Case
 from ddp_conformance.script.case import procedure as script_procedure
+from ddp_conformance.script.single_process import Procedure
 
 
 def unsupported(scenario: Scenario) -> str:
@@ -454,7 +455,8 @@ def carried_checks(case: Case, failed: Collection[str] | None) -> Case:
 def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
     """What the script's tests read that the case fixes, by the name they read it through:
     the case's fields and ``evals``, the single-process procedure's (and ``evals``), the
-    model's step hooks, the tracer's ``memory`` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
+    model's step hooks, the tracer's ``memory``; as bare names, the optimizer's name and
+    :func:`model_facts` (for :func:`~ddp_conformance.repro_prune.pruned`)."""
     spec = MODELS[scenario.model]
     proc = script_procedure(case, spec, scenario.groups_for(case.world_size)[0])
     return {"case": {**{f.name: getattr(case, f.name) for f in dataclasses.fields(case)},
@@ -462,7 +464,19 @@ def known_values(scenario: Scenario, case: Case) -> dict[str, dict[str, Any]]:
             "proc": {**{f.name: getattr(proc, f.name) for f in dataclasses.fields(proc)},
                      "evals": proc.evals},
             "spec": {"before_step": spec.before_step, "after_step": spec.after_step},
-            "TRACE": {"memory": case.trace_checks and case.trace_volume}}
+            "TRACE": {"memory": case.trace_checks and case.trace_volume},
+            BARE: {"optimizer_name": case.optimizer,
+                   **model_facts(proc, scenario.groups_for(case.world_size)[0][0])}}
+
+
+def model_facts(proc: Procedure, rank: int) -> dict[str, bool]:
+    """What the single process's code computes of the model as ``rank`` builds it:
+    whether it has buffers, a sparse embedding (torch's RNG left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        model = proc.build(rank)
+    return {"model_has_buffers": any(True for _ in model.buffers()),
+            "model_has_sparse": any(isinstance(m, torch.nn.Embedding) and m.sparse
+                                    for m in model.modules())}
 
 
 def case_literal(case: Case, read: Collection[str] | None = None) -> str:
@@ -538,15 +552,13 @@ def write_file(script: str, scenario: Scenario, directory: str) -> str:
     return path
 
 
-_HEADER = '''"""Reproducer of ddp-conformance case {id}[{candidate}], {ws} ranks; torch
-and the candidate's package only. From the directory the candidate imports from:
+_HEADER = '''"""Reproducer of ddp-conformance case {id}[{candidate}], {ws} ranks; torch and the
+candidate's package only. ddp-conformance's code (ddp_conformance/script/, the model's, the comm
+hook's) cut to what the case runs and the kinds of checks it failed, written by `ddp-conformance
+repro {id} --candidate {candidate} --world-size {ws}`. From the directory the candidate imports from:
     torchrun --standalone --nproc-per-node {ws} {name}              # the candidate: fails
     torchrun --standalone --nproc-per-node {ws} {name} --ddp torch  # torch's DDP: passes
-A collective waits at most 30 s (--timeout S, REPRO_TIMEOUT_S=S); a rank that gives up says
-which collective it was in. The code is ddp-conformance's (ddp_conformance/script/, the
-model's, the comm hook's; what it checks: ddp_conformance/repro.py) cut to what this case
-runs; written by `ddp-conformance repro {id} --candidate {candidate} --world-size {ws}`
-(with --report-dir holding a run of it: only the kinds of checks it failed).
+A collective waits at most 30 s (--timeout S, REPRO_TIMEOUT_S=S); a rank that gives up names it.
 """'''
 
 

@@ -14,8 +14,12 @@ model's, the comm hook's). :func:`pruned` keeps of it what the case reaches:
   (the imports' users, the ``__main__`` block, ``CASE``) stay, and only the imports that
   something kept uses; of the ``Case`` class and the ``CASE`` literal, only the fields
   something kept reads (:func:`_unread_fields`);
-- docstrings, comments and blank lines inside definitions go (one blank line between
-  top-level statements); the script's own header, its module docstring, stays.
+- docstrings, comments and blank lines go, and so do the assignments of pure values to
+  locals nothing reads (:func:`~ddp_conformance.repro_dead.without_dead_stores`); a block
+  of one simple statement goes onto its header's line
+  (:func:`~ddp_conformance.repro_oneline.one_line_blocks`), a class's fields onto few
+  lines (:func:`~ddp_conformance.repro_oneline.packed_fields`); the script's own header,
+  its module docstring, stays.
 
 Every kept line is the source's own line, so the script reads as the harness's code.
 """
@@ -30,9 +34,15 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from typing import Any
 
+from ddp_conformance.repro_dead import without_dead_stores
+from ddp_conformance.repro_oneline import one_line_blocks, packed_fields
+
 #: Name -> (field -> value): the values a script's tests read, by the name they are read
 #: through (``case.exact``: {"case": {"exact": True}}).
 Known = Mapping[str, Mapping[str, Any]]
+#: The entry of :data:`Known` for bare names (a local the script's code computes from the
+#: model, ``model_has_buffers``): {"": {"model_has_buffers": False}}.
+BARE = ""
 
 
 def pruned(script: str | Sequence[str], known: Known,
@@ -52,7 +62,8 @@ def pruned(script: str | Sequence[str], known: Known,
     kept, used = _reachable(chunks)
     imports = [text for text in (_used_import(c, used) for c in chunks if _info(c).imported)
                if text]
-    body = [c if CASE_LITERAL in _info(c).defines else _packed(c)  # the literal: packed already
+    body = [c if CASE_LITERAL in _info(c).defines  # the literal: packed already
+            else one_line_blocks(packed_fields(_packed(without_dead_stores(c)), WIDTH), WIDTH)
             for c in chunks if not _info(c).imported and c in kept]
     return _joined(header, imports, body)
 
@@ -111,16 +122,32 @@ def _info(text: str) -> _Info:
                 for c in nodes if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
                 for k in c.keywords if k.arg]
     in_keywords = {id(n) for _, _, attrs in keywords for n in attrs}
+    case_names = {"case", CASE_LITERAL} | ({"self"} if _defines(tree) == {CASE_CLASS} else set())
     return _Info(tree, frozenset(_defines(tree)),
                  frozenset(n.id for n in nodes if isinstance(n, ast.Name)
                            and id(n) not in annotations),
-                 frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)
+                 frozenset(_read_as(n, case_names) for n in nodes if isinstance(n, ast.Attribute)
                            and id(n) not in in_keywords and not any(n is s for s in stores)),
                  frozenset(n.attr for n in stores),  # type: ignore[attr-defined]
-                 tuple((name, arg, frozenset(n.attr for n in attrs))  # type: ignore[attr-defined]
+                 tuple((name, arg, frozenset(_read_as(n, case_names) for n in attrs))
                        for name, arg, attrs in keywords),
                  isinstance(tree, (ast.Import, ast.ImportFrom)), _is_docstring(tree),
                  tuple(a for t in tests for a in _atoms(t)))
+
+
+#: How a read of a field of the case is told apart from a read of another class's field of
+#: the same name (``case.steps``, ``record.steps``): ``case:steps``.
+CASE_READ = "case:"
+
+
+def _read_as(node: ast.Attribute, case_names: set[str]) -> str:
+    """The attribute ``node`` reads: its name, or :data:`CASE_READ` and its name when it
+    reads it of the case (``case.f``, ``CASE.f``, ``x.case.f``; ``self.f`` in the class of
+    the case): the script's code names the case ``case`` wherever it holds one."""
+    receiver = node.value
+    of_case = isinstance(receiver, ast.Name) and receiver.id in case_names \
+        or isinstance(receiver, ast.Attribute) and receiver.attr == "case"
+    return CASE_READ + node.attr if of_case else node.attr
 
 
 def _atoms(test: ast.expr) -> Iterator[ast.expr]:
@@ -150,7 +177,7 @@ def _folded_chunk(text: str, known: Known) -> str:
         unfolded, result = "", text
         while unfolded != result:  # an ``if`` inside a folded one: the next round
             unfolded, result = result, _chosen(folded(result, known), known)
-        _FOLDED[key] = _packed(_unannotated(_stripped(result)))
+        _FOLDED[key] = _packed(_unannotated(_stripped(without_dead_stores(result))))
     return _FOLDED[key]
 
 
@@ -170,26 +197,28 @@ def _unread_fields(chunks: list[str], literal: Callable[[Collection[str]], str] 
         kept, _ = _reachable(chunks)
         owners = [c for c in chunks if _info(c).defines & {CASE_CLASS, CASE_LITERAL}]
         read = _read(chunks, kept, owners)
+        of_case = {a.removeprefix(CASE_READ) for a in read if a.startswith(CASE_READ)}
         calls = _calls(c for c in chunks if not _info(c).imported)
         out, dropped = [], {}
         for chunk in chunks:
             node = _info(chunk).tree
             if chunk in kept and isinstance(node, ast.ClassDef) and not node.bases:
-                spans = _unread_methods(node, read)
+                spans = _unread_methods(node, of_case if node.name == CASE_CLASS else read)
                 if node.name == CASE_CLASS:
                     spans += [(f.lineno, _end(f), []) for f in _fields(node)
-                              if f.target.id not in read]  # type: ignore[union-attr]
+                              if f.target.id not in of_case]  # type: ignore[union-attr]
                 else:
                     fields = _unread_dataclass_fields(node, read, calls.get(node.name, []))
                     spans += [(f.lineno, _end(f), []) for f in fields]
                     dropped[node.name] = {f.target.id for f in fields}  # type: ignore[union-attr]
                 chunk = _edited(chunk, spans)
+                chunk += "\n    pass" if chunk.rstrip().endswith(":") else ""  # no field left
             elif chunk in owners and isinstance(node, ast.Assign) \
                     and isinstance(node.value, ast.Call):
                 chunk = _edited(chunk, [
                     (k.value.lineno, _end(k.value), []) for k in node.value.keywords
-                    if k.arg not in read]) if literal is None else \
-                    f"{CASE_LITERAL} = {literal(read)}"
+                    if k.arg not in of_case]) if literal is None else \
+                    f"{CASE_LITERAL} = {literal(of_case)}"
             out.append(chunk)
         out = [_without_keywords(chunk, dropped) for chunk in out]
         if out == chunks:
@@ -207,7 +236,8 @@ def _read(chunks: list[str], kept: set[str], owners: list[str]) -> set[str]:
                if isinstance(_info(c).tree, ast.ClassDef) and _is_dataclass(_info(c).tree)}
     pending = [k for c in live for k in _info(c).keyword_reads]
     while True:
-        staying = [k for k in pending if k[0] not in classes or k[1] in read]
+        staying = [k for k in pending if k[0] not in classes or k[1] in read
+                   or k[0] == CASE_CLASS and CASE_READ + k[1] in read]
         if not staying:
             return read
         pending = [k for k in pending if k not in staying]
@@ -309,8 +339,8 @@ def _end(node: ast.AST) -> int:
 
 
 def _joined(header: str | None, imports: list[str], body: list[str]) -> str:
-    """The header, the imports (the plain ones as one statement), the code: a blank line
-    between these and before the case (``CANDIDATE``), none between definitions."""
+    """The header, the imports (the plain ones as one statement), the code, the case
+    (``CANDIDATE``, ``CASE``): no blank line between them."""
     plain = [text.removeprefix("import ") for text in imports if text.startswith("import ")]
     imports = [text for text in imports if not text.startswith("import ")]
     if plain:
@@ -325,7 +355,7 @@ def _joined(header: str | None, imports: list[str], body: list[str]) -> str:
             code = []
         code.append(text)
     out += ["\n".join(code)] if code else []
-    return "\n\n".join(out) + "\n"
+    return "\n".join(out) + "\n"
 
 
 def _defines_case(text: str) -> bool:
@@ -580,6 +610,8 @@ _UNKNOWN = object()
 
 
 def _setting(node: ast.expr, known: Known) -> Any:
+    if isinstance(node, ast.Name) and node.id in known.get(BARE, {}):
+        return known[BARE][node.id]
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
             and node.attr in known.get(node.value.id, {}):
         return known[node.value.id][node.attr]

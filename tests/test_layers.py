@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ddp_conformance"
 #: Lowest first. A module may import its own layer and the layers before it.
 LAYERS: list[set[str]] = [
     {"script"},  # torch and the standard library only: the reproducer's modules
-    {"errors", "config", "options", "user_import", "user_files", "repro_prune"},
+    {"errors", "config", "options", "user_import", "user_files", "repro_dead", "repro_oneline",
+     "repro_prune"},
     {"contract", "builtins"},
     {"catalog"},
     {"ranks"},

@@ -135,23 +135,24 @@ def forward_context(case: Case, device_type: str = "cpu") -> contextlib.Abstract
     return torch.autocast(device_type, dtype=getattr(torch, case.autocast))
 
 
-def make_optimizer(name: str, lr: float, params: Iterable[nn.Parameter],
+def make_optimizer(optimizer_name: str, lr: float, params: Iterable[nn.Parameter],
                    distributed: bool = True) -> torch.optim.Optimizer:
-    """Optimizer ``name``: SGD, SGD with momentum 0.9, Adam (torch's defaults), or
-    ``zero_sgd``: SGD sharded by ``ZeroRedundancyOptimizer`` on the ranks, plain SGD in
-    the single process (``distributed=False``: ZeRO changes where the update is computed,
-    not its value); the optimizers stepped in backward are SGD's update."""
-    if name == "zero_sgd" and distributed:
+    """Optimizer ``optimizer_name`` (a reproducer's script is cut on it): SGD, SGD with
+    momentum 0.9, Adam (torch's defaults), or ``zero_sgd``: SGD sharded by
+    ``ZeroRedundancyOptimizer`` on the ranks, plain SGD in the single process
+    (``distributed=False``: ZeRO changes where the update is computed, not its value); the
+    optimizers stepped in backward are SGD's update."""
+    if optimizer_name == "zero_sgd" and distributed:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr=lr)
-    if name in ("sgd", "zero_sgd", "fused_sgd", "in_backward_sgd"):
+    if optimizer_name in ("sgd", "zero_sgd", "fused_sgd", "in_backward_sgd"):
         return torch.optim.SGD(params, lr=lr)
-    if name == "sgd_momentum":
+    if optimizer_name == "sgd_momentum":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
+    if optimizer_name == "adam":
         return torch.optim.Adam(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}")
+    raise ValueError(f"unknown optimizer {optimizer_name!r}")
 
 
 def _on(device: torch.device, inputs: tuple[Any, ...], target: Tensor

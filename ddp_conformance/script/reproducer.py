@@ -68,9 +68,8 @@ def run_rank(me: Rank, ddp_class: Any, comm_hook: Any,
             raised = f"{type(error).__name__}: {error}"
         check_expected_error(case, me.rank, raised, len(record.params))
         return
-    want = None
-    if case.oracle_checks:
-        want = single_process(procedure(case, me.spec, me.members), me.members)
+    want = single_process(procedure(case, me.spec, me.members), me.members) \
+        if case.oracle_checks else None
     train(me, ddp_class, want, record, comm_hook, reduce_by_hand)
     if case.trace_checks and want is not None:
         check_collectives(case, me.rank, TRACE.log, want, len(record.params))

@@ -144,6 +144,8 @@ def clone(tensors: Mapping[str, Tensor]) -> Tensors:
 def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
     """The single-process result of the DDP group of global ``ranks``."""
     model = proc.build(ranks[0])
+    # Facts of the model a reproducer's script is cut on (ddp_conformance/repro_prune.py).
+    model_has_sparse = any(isinstance(m, nn.Embedding) and m.sparse for m in model.modules())
     rank_buffers = {r: clone(dict(model.named_buffers())) if proc.init_syncs_buffers
                     else clone(dict(proc.build(r).named_buffers())) for r in ranks}
     params = dict(model.named_parameters())
@@ -160,12 +162,12 @@ def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
         local, at_forward, defined = _forwards(proc, model, step, active, rank_buffers)
         previous = _after_zero_grad(proc, params, record.steps[-1].grads if record.steps else {})
         divisor = len(ranks) if proc.join_divides_by_group in (None, True) else len(active)
-        stale_used_map = len(active) < len(ranks) and proc.find_unused_parameters
-        grads, scales, zero_or_none = reduce_gradients(params, [local[r] for r in active],
-                                                       divisor, previous, stale_used_map)
+        grads, scales = reduce_gradients(params, [local[r] for r in active], divisor, previous)
+        zero_or_none = (stale_used_map(params, grads, [local[r] for r in active])
+                        if proc.find_unused_parameters and len(active) < len(ranks) else set())
         for name, p in params.items():
             expected = grads[name]
-            if expected is not None and sparse_parameter(model, name):
+            if model_has_sparse and expected is not None and sparse_parameter(model, name):
                 expected = expected.to_sparse()
             p.grad = None if expected is None else expected.clone()
         optimizer.step()
@@ -227,17 +229,20 @@ def _forwards(proc: Procedure, model: nn.Module, step: int, active: list[int],
     at_forward: dict[int, list[Tensors]] = {r: [] for r in active}
     defined: list[frozenset[str]] = []
     source_at: dict[int, Tensors] = {}  # the source's buffers at each forward
+    model_has_buffers = any(True for _ in model.named_buffers())
     for mb in sorted({m for m, _ in plan}):  # the eval forward (-1) first
         positions = [i for i, (m, _) in enumerate(plan) if m == mb]
         produced: set[str] = set()
         for r in order:
             loss: Any = 0
             for i in positions:
-                _sync_buffers(proc, model, step, i, r, source, positions[0], rank_buffers,
-                              source_at)
+                if model_has_buffers:
+                    _sync_buffers(proc, model, step, i, r, source, positions[0], rank_buffers,
+                                  source_at)
                 at_forward[r].append(clone(rank_buffers[r]))
                 loss = loss + _one_forward(proc, model, (r, step, mb, plan[i][1]))
-                rank_buffers[r] = clone(dict(model.named_buffers()))
+                if model_has_buffers:
+                    rank_buffers[r] = clone(dict(model.named_buffers()))
             if mb >= 0:
                 _backward(proc, model, loss, local[r], produced)
         if mb >= 0:
@@ -280,8 +285,9 @@ def _backward(proc: Procedure, model: nn.Module, loss: Tensor, local: Tensors,
               produced: set[str]) -> None:
     """One rank's backward(s) of a microbatch's loss; its gradients added to ``local``."""
     model.zero_grad(set_to_none=True)
-    for _ in range(proc.backwards - 1):
-        loss.backward(retain_graph=True)
+    if proc.backwards != 1:
+        for _ in range(proc.backwards - 1):
+            loss.backward(retain_graph=True)
     loss.backward()
     for name, p in model.named_parameters():
         if p.grad is not None:
@@ -292,24 +298,20 @@ def _backward(proc: Procedure, model: nn.Module, loss: Tensor, local: Tensors,
 
 
 def reduce_gradients(params: Mapping[str, Tensor], local: list[Tensors], divisor: int,
-                     previous: Mapping[str, Tensor | None], stale_used_map: bool,
-                     ) -> tuple[dict[str, Tensor | None], dict[str, float], set[str]]:
+                     previous: Mapping[str, Tensor | None],
+                     ) -> tuple[dict[str, Tensor | None], dict[str, float]]:
     """One step's synced gradients from the active ranks' local ones (``local``, in rank
     order): each divided by ``divisor`` and summed in rank order, as DDP's default
     reduction adds them, on top of ``previous`` (the gradients left by ``zero_grad``); a
     parameter no active rank made a gradient for keeps its previous one. Also, per
     gradient, the magnitude the reduction's rounding is proportional to (max over elements
-    of sum_r |local_r| / divisor), and, with ``stale_used_map`` (see
-    ``OracleStep.zero_or_none``), the parameters that may get zeros instead of None."""
+    of sum_r |local_r| / divisor)."""
     grads: dict[str, Tensor | None] = {}
     scales: dict[str, float] = {}
-    zero_or_none: set[str] = set()
     for name, p in params.items():
         contributions = [rank_local.get(name) for rank_local in local]
         if all(c is None for c in contributions):
             grads[name] = previous[name]
-            if stale_used_map and previous[name] is None and p.requires_grad:
-                zero_or_none.add(name)
             continue
         parts = [(torch.zeros_like(p) if c is None else c) / divisor for c in contributions]
         total = parts[0]
@@ -319,7 +321,17 @@ def reduce_gradients(params: Mapping[str, Tensor], local: list[Tensors], divisor
         scales[name] = float(magnitude.max()) if magnitude.numel() else 0.0
         prev = previous[name]
         grads[name] = total if prev is None else prev + total
-    return grads, scales, zero_or_none
+    return grads, scales
+
+
+def stale_used_map(params: Mapping[str, Tensor], grads: Mapping[str, Tensor | None],
+                   local: list[Tensors]) -> set[str]:
+    """Under Join with ``find_unused_parameters``, once a rank has joined: the parameters
+    that may get zeros instead of None (``OracleStep.zero_or_none``), those requiring a
+    gradient that no active rank (``local``) made one for and that have none
+    (``grads``)."""
+    return {name for name, p in params.items() if p.requires_grad and grads[name] is None
+            and all(rank_local.get(name) is None for rank_local in local)}
 
 
 def sparse_parameter(model: nn.Module, name: str) -> bool:

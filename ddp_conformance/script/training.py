@@ -111,13 +111,16 @@ def train(me: Rank, ddp_class: Any, want: OracleRecord | None, record: Record,
     if case.init_checks and case.expect_error is None and want is not None:
         check_init(case, me.rank, module, want)
     at_forward: list[Tensors] = []
-    module.register_forward_pre_hook(lambda m, args: at_forward.append(clone(dict(m.named_buffers()))))
+    if case.buffer_checks or case.replica_checks:  # what they compare
+        module.register_forward_pre_hook(
+            lambda m, args: at_forward.append(clone(dict(m.named_buffers()))))
     with join_context(case, model, opt):
         for step in range(case.steps_for[me.rank]):
             grads = _step(me, model, module, opt, step, reduce_by_hand)
             TRACE.at("check", step)
-            record.params.append(clone(dict(module.named_parameters())))
-            record.at_forward.append(list(at_forward))
+            if case.replica_checks or case.trace_checks or case.expect_error is not None:
+                record.params.append(clone(dict(module.named_parameters())))  # what they read
+                record.at_forward.append(list(at_forward))
             if case.expect_error is None and want is not None:
                 check_step(case, me.rank, step, want, grads, at_forward, module, len(me.members))
             at_forward.clear()
