@@ -1,5 +1,6 @@
-"""DeepSpeed ZeRO-1/2 on CPU: NaN gradients for a float16 model, IndexError for a model
-without trainable parameters.
+"""DeepSpeed ZeRO-1/2 on CPU: NaN gradients for a float16 model, inf gradients for a
+float16 mean near float16's range (and far from it), IndexError for a model without
+trainable parameters.
 
 Standalone (torch and deepspeed, no harness)::
 
@@ -18,6 +19,13 @@ SGD (``zero_optimization.stage`` 1 or 2, no fp16 section, clipping off).
    with a message that says so; ZeRO-1/2's optimizer constructor raises ``IndexError: list
    index out of range`` (``Stage1And2ZeroOptimizer.__init__``: ``self.bit16_groups[i][0]``
    of an empty group).
+3. A float16 ``Linear(4, 2, bias=False)`` under the loss ``(out * t).sum()`` whose local
+   gradient is +-2**15 on every rank: the mean over the 2 ranks (2**15) fits float16, the
+   sum (2**16) does not. DDP divides before it sums and gives 2**15 exactly. ZeRO-1/2 give
+   inf, and they also give inf when every gradient is scaled down to +-2**-5, sums
+   included, far from float16's range: the inf is not a sum taken before the division
+   (the default ``reduce_scatter`` path divides first, in float32), it is already in the
+   rank's own gradient after ``engine.backward``, as in part 1.
 
 Prints one line per case (rank 0); exits 1 when DeepSpeed deviated where DDP worked.
 """
@@ -84,6 +92,29 @@ def float16_grad(stage: int, rank: int) -> str:
     return f"finite, max error {(grad.float() - want).abs().max():.3g} against DDP's"
 
 
+def near_range(wrapper: str, rank: int, magnitude: float) -> str:
+    """The first gradient element (DDP's mean over ranks is ``magnitude``) of a float16
+    linear layer whose local gradient is ``+-magnitude`` on every rank."""
+    from deepspeed.utils import safe_get_full_grad
+
+    model = nn.Linear(4, 2, bias=False).half()
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.5, -0.25, 0.125, 1.0], [-1.0, 0.5, 0.25, -0.5]]))
+    x = torch.ones(4, 4, dtype=torch.float16)
+    # d loss / d weight[j, k] = sum over the batch of t[j] * x[k] = 4 * t[j] = +-magnitude.
+    t = (torch.tensor([1.0, -1.0]) * magnitude / 4).half().expand(4, 2).clone()
+    if wrapper == "DDP":
+        ddp = nn.parallel.DistributedDataParallel(model)
+        (ddp(x) * t).sum().backward()
+        grad = model.weight.grad
+    else:
+        eng = engine(int(wrapper[-1]), model)
+        eng.backward((eng(x) * t).sum())  # type: ignore[operator, attr-defined]
+        grad = safe_get_full_grad(model.weight)
+    value = "None" if grad is None else f"{float(grad[0, 0]):g}"
+    return f"{value} (the mean over ranks is {magnitude:g})"
+
+
 def fp16_mode(stage: int) -> str:
     try:
         engine(stage, mlp(), {"fp16": {"enabled": True, "loss_scale": 1.0}})
@@ -111,11 +142,16 @@ def worker(rank: int, port: int, out: dict[str, str]) -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD)
-    cases = [("no trainable parameters, DDP", lambda: frozen_model(None))]
+    cases = [("no trainable parameters, DDP", lambda: frozen_model(None)),
+             ("float16 mean 2**15, DDP", lambda: near_range("DDP", rank, 2.0**15))]
     for stage in (1, 2):
         cases += [(f"float16 model, ZeRO-{stage}", lambda s=stage: float16_grad(s, rank)),
                   (f"fp16 mode, ZeRO-{stage}", lambda s=stage: fp16_mode(s)),
-                  (f"no trainable parameters, ZeRO-{stage}", lambda s=stage: frozen_model(s))]
+                  (f"no trainable parameters, ZeRO-{stage}", lambda s=stage: frozen_model(s)),
+                  (f"float16 mean 2**15, ZeRO-{stage}",
+                   lambda s=stage: near_range(f"ZeRO-{s}", rank, 2.0**15)),
+                  (f"float16 mean 2**-5, ZeRO-{stage}",
+                   lambda s=stage: near_range(f"ZeRO-{s}", rank, 2.0**-5))]
     for name, run in cases:
         result = run()
         if rank == 0:
@@ -133,7 +169,9 @@ def main() -> int:
     nan = any(v.startswith("NaN") for k, v in out.items() if k.startswith("float16"))
     index_error = any(v.startswith("IndexError") for k, v in out.items()
                       if k.startswith("no trainable") and "ZeRO" in k)
-    return 1 if nan or index_error else 0
+    near = any(v.startswith("inf") for k, v in out.items()
+               if k.startswith("float16 mean 2**15") and "ZeRO" in k)
+    return 1 if nan or index_error or near else 0
 
 
 if __name__ == "__main__":
