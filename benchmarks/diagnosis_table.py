@@ -153,13 +153,20 @@ README_MARKS = ("<!-- diagnosis table: benchmarks/diagnosis_table.py --readme --
                 "<!-- end of the diagnosis table -->")
 
 
+def page_table(doc: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of docs/diagnosis.md's table of defective DDPs (``doc``,
+    the page's text), as cells."""
+    lines = doc.split("## Defective DDPs and what the diagnosis names", 1)[1].splitlines()
+    header, *rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+                     for line in lines if line.startswith("| ")]
+    return header, rows
+
+
 def readme_table(doc: str) -> str:
     """README's short form of docs/diagnosis.md's table (``doc``, the page's text): DDP
     (class name), planted defect, first finding, cases explained; the correct DDPs on one
     row."""
-    lines = doc.split("## Defective DDPs and what the diagnosis names", 1)[1].splitlines()
-    cells = [[c.strip() for c in line.strip().strip("|").split("|")]
-             for line in lines if line.startswith("| ")][1:]
+    cells = page_table(doc)[1]
     defective = [[f"`{r[0].strip('`').rsplit(':', 1)[-1]}`", r[1], r[3], r[4]]
                  for r in cells if r[1] != "none (correct)"]
     correct = ", ".join(r[0].strip("`").rsplit(":", 1)[-1] for r in cells

@@ -76,10 +76,8 @@ class Coverage:
     summed: int
     distinct: int
     twice: tuple[SummedTwice, ...]
-    #: Elements of re-reduced memory tolerated as a refilled staging buffer's stale part
-    #: (judged by contents), and whether contents show every entry of ``twice`` to be
-    #: values already reduced (not so where a reduce or reduce-scatter summed it first).
-    restaged: int = 0
+    #: Whether contents show every entry of ``twice`` to be values already reduced (not
+    #: so where a reduce or reduce-scatter summed it first).
     proven: bool = False
     #: Distinct elements of the storages refilled and reduced again (staging buffers):
     #: their size says nothing of how many gradients they carried (a tail never written,
@@ -90,10 +88,16 @@ class Coverage:
     #: on distinct memory is broken only with such evidence where contents are judged:
     #: a buffer reduced whole once may have a tail that never held a gradient.
     settled: int | None = None
-    #: The entries of memory summed again that ``restaged`` tolerates (refilled staging
-    #: buffers), and the most distinct elements one such buffer summed in the backward.
+    #: The entries of memory summed again tolerated as a refilled staging buffer's stale
+    #: part (judged by contents), and the most distinct elements one such buffer summed
+    #: in the backward.
     refilled: tuple[SummedTwice, ...] = ()
     room: int = 0
+
+    @property
+    def restaged(self) -> int:
+        """Elements of re-reduced memory tolerated as refilled staging buffers' stale parts."""
+        return sum(t.elements for t in self.refilled)
 
     def redone(self, whole: int) -> tuple[SummedTwice, ...]:
         """The refilled memory that is a second reduction all the same: a buffer refilled
@@ -186,15 +190,13 @@ def coverage(reductions: Iterable[Collective], fresh: Fresh | None = None) -> Co
         return Coverage(calls, summed, distinct, tuple(twice))
     carries = [_carries_fresh(c, i, fresh) for i, c in enumerate(mine)]
     kept = tuple(t for t in twice if not carries[t.second])
-    restaged = sum(t.elements for t in twice if carries[t.second])
+    refilled = tuple(t for t in twice if carries[t.second])
     proven = all(carries[t.second] is False for t in kept)
     buffers = {entry[0] for i, c in enumerate(mine) if carries[i] for entry in c.again}
     settled = (sum(_settled(c, i, fresh) for i, c in enumerate(mine))
                if all(c.blocks for c in mine) else None)
-    refilled = tuple(t for t in twice if carries[t.second])
-    return Coverage(calls, summed, distinct, kept, restaged, proven,
-                    sum(by_storage[s] for s in buffers), settled, refilled,
-                    max((by_storage[s] for s in buffers), default=0))
+    return Coverage(calls, summed, distinct, kept, proven, sum(by_storage[s] for s in buffers),
+                    settled, refilled, max((by_storage[s] for s in buffers), default=0))
 
 
 def backward_reductions(trace: Iterable[Collective]) -> dict[tuple[int, int], list[Collective]]:
