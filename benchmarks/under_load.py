@@ -1,6 +1,6 @@
 """Tests that wait, run several times each under a load: no test may depend on the machine's speed.
 
-    python benchmarks/under_load.py [--load 8] [--runs 5] [--timeout S] [TEST ...]
+    python benchmarks/under_load.py [--load 8] [--runs 5] [--workers N] [--timeout S] [TEST ...]
 
 Starts ``--load`` busy loops (processes spinning on the CPU, so that the load average on this
 2-core machine reaches about that figure with the tests' own ranks), then runs each selected
@@ -8,8 +8,11 @@ test ``--runs`` times, one pytest process per run (``-p no:cacheprovider``, the 
 deadlines scaled by ``tests/deadlines.py`` from the load it sees), and prints, per test, how
 many runs passed, with the load average at the start and the end of each run. Exit 1 when
 any run did not pass, 0 otherwise. ``TEST`` is a pytest node id or file; by default, every
-test in a module that waits on a subprocess or ranks through ``tests/deadlines.py``
-(``deadline(``), which is long: name the tests to check a few.
+test that waits on a subprocess or ranks through ``tests/deadlines.py``: a test function
+whose code, or a helper or fixture of its module it reaches, calls ``deadline(``
+(:func:`waiting_tests`), which is long: name the tests to check a few. ``--workers N``
+runs each pass with ``pytest -n N`` (as the README's test command does), the busy loops
+beside them.
 
 Every wait has a deadline: each run gets ``--timeout`` seconds (default 1800) before it is
 killed and counted as failed; the busy loops end with this script.
@@ -17,6 +20,7 @@ killed and counted as failed; the busy loops end with this script.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import subprocess
 import sys
@@ -36,13 +40,41 @@ def waiting_modules() -> list[str]:
                   if "deadline(" in p.read_text(encoding="utf-8"))
 
 
-def run_once(tests: list[str], timeout: float) -> tuple[dict[str, bool], float, float]:
+def _calls(node: ast.AST) -> set[str]:
+    """The plain names ``node`` calls or takes as parameters (fixtures)."""
+    names = {n.func.id for n in ast.walk(node)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        names |= {a.arg for a in node.args.args}
+    return names
+
+
+def waiting_tests() -> list[str]:
+    """Node ids (``module::function``) of the tests that reach ``deadline(``: in their own
+    body or through a function of their module (a helper, a fixture) that does."""
+    tests: list[str] = []
+    for module in waiting_modules():
+        tree = ast.parse((ROOT / module).read_text(encoding="utf-8"))
+        funcs = {n.name: n for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        waits = {"deadline"}
+        grown = True
+        while grown:  # the helpers that reach deadline(, transitively
+            new = {name for name, f in funcs.items() if _calls(f) & waits} - waits
+            waits |= new
+            grown = bool(new)
+        tests += [f"{module}::{name}" for name in sorted(waits)
+                  if name.startswith("test_") and name in funcs]
+    return tests
+
+
+def run_once(tests: list[str], timeout: float, workers: int) -> tuple[dict[str, bool], float, float]:
     """One pytest run of ``tests``: outcome per node id, load average before and after."""
     before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               f"--junitxml={junit}", *tests]
+               f"--junitxml={junit}", *(["-n", str(workers)] if workers else []), *tests]
         try:
             subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=timeout)
@@ -64,16 +96,17 @@ def main() -> int:
     parser.add_argument("tests", nargs="*")
     parser.add_argument("--load", type=int, default=8)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args()
-    tests = args.tests or waiting_modules()
+    tests = args.tests or waiting_tests()
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(args.load)]
     passes: dict[str, list[bool]] = defaultdict(list)
     try:
         time.sleep(20)  # let the 1-minute load average climb before the first run
         for run in range(args.runs):
             started = time.monotonic()
-            outcomes, before, after = run_once(tests, args.timeout)
+            outcomes, before, after = run_once(tests, args.timeout, args.workers)
             for name, ok in outcomes.items():
                 passes[name].append(ok)
             bad = sum(not ok for ok in outcomes.values())

@@ -1,5 +1,6 @@
 """fairscale's ShardedDataParallel: an exception inside ``no_sync()`` leaves reduction off,
-and the construction-time sync leaves non-persistent buffers per rank.
+the construction-time sync leaves non-persistent buffers per rank, and gradients do not
+accumulate across synced backwards.
 
 Standalone (torch and fairscale, no harness)::
 
@@ -16,6 +17,16 @@ Two ranks on Gloo (CPU), fairscale 0.4.13, ``ShardedDataParallel(model, OSS(para
    which leaves out buffers registered with ``persistent=False``: a non-persistent buffer
    that differs per rank stays different after construction. DDP's construction broadcasts
    every buffer of ``module.named_buffers()``.
+3. Two synced backwards before one step (gradient accumulation without ``no_sync``): DDP
+   reduces each backward's gradient and accumulates, so ``.grad`` is the sum of the two
+   means over ranks (1.5 + 11.5 = 13 here). ShardedDDP scales each rank's gradient by
+   1/world_size in place and reduces it to its owner rank, so the second backward reduces
+   the owner's already-reduced mean again, divided by the world size once more. With
+   gradient buckets (the default ``reduce_buffer_size``) the other ranks also keep their
+   scaled local gradient in the bucket, and it is summed in again: the owner ends with
+   (1.5 + 11 + 2 / 2 + 12) / 2 = 12.75. Without buckets (``reduce_buffer_size=0``, or a
+   parameter larger than the bucket) the other ranks drop theirs after the reduce, and
+   the owner ends with 1.5 / 2 + 11.5 = 12.25. Accumulation inside ``no_sync()`` is right.
 
 Prints one line per case (rank 0); exits 1 when ShardedDDP deviated from DDP.
 """
@@ -43,13 +54,13 @@ class Net(nn.Module):
         return self.fc(x) + self.offset
 
 
-def sharded(rank: int) -> tuple[nn.Module, object]:
+def sharded(rank: int, **options: int) -> tuple[nn.Module, object]:
     from fairscale.nn.data_parallel import ShardedDataParallel
     from fairscale.optim import OSS
 
     module = Net(rank)
     oss = OSS(module.parameters(), optim=torch.optim.SGD, lr=0.1)
-    return ShardedDataParallel(module, oss), oss
+    return ShardedDataParallel(module, oss, **options), oss
 
 
 def buffers_after_construction(rank: int, wrap: bool) -> str:
@@ -83,6 +94,19 @@ def grad_after_exception_in_no_sync(rank: int, wrap: bool) -> str:
     return f"fc.weight.grad[0, 0] per rank {values} (the mean over ranks is 4.5)"
 
 
+def grad_after_two_synced_backwards(rank: int, wrap: bool, **options: int) -> str:
+    model = (sharded(rank, **options)[0] if wrap
+             else nn.parallel.DistributedDataParallel(Net(rank)))
+    for base in (1.0, 11.0):  # local gradients rank + 1, then rank + 11: means 1.5, 11.5
+        model(torch.full((1, 4), base + rank)).sum().backward()
+    grad = model.module.fc.weight.grad
+    mine = torch.zeros(1) if grad is None else grad.detach().clone().flatten()[:1]
+    every = [torch.zeros_like(mine) for _ in range(WORLD)]
+    dist.all_gather(every, mine)
+    values = [float(v[0]) for v in every]
+    return f"fc.weight.grad[0, 0] per rank {values} (the sum of the means is 13.0)"
+
+
 def worker(rank: int, port: int, out: dict[str, str]) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD)
@@ -90,7 +114,12 @@ def worker(rank: int, port: int, out: dict[str, str]) -> None:
              ("non-persistent buffer, ShardedDDP", lambda: buffers_after_construction(rank, True)),
              ("exception in no_sync, DDP", lambda: grad_after_exception_in_no_sync(rank, False)),
              ("exception in no_sync, ShardedDDP",
-              lambda: grad_after_exception_in_no_sync(rank, True))]
+              lambda: grad_after_exception_in_no_sync(rank, True)),
+             ("two synced backwards, DDP", lambda: grad_after_two_synced_backwards(rank, False)),
+             ("two synced backwards, ShardedDDP",
+              lambda: grad_after_two_synced_backwards(rank, True)),
+             ("two synced backwards, unbucketed",
+              lambda: grad_after_two_synced_backwards(rank, True, reduce_buffer_size=0))]
     for name, run in cases:
         result = run()
         if rank == 0:
@@ -107,7 +136,9 @@ def main() -> int:
     mp.spawn(worker, args=(port, out), nprocs=WORLD, join=True)
     buffers = out["non-persistent buffer, ShardedDDP"].startswith("differ")
     no_sync = "[4.5" not in out["exception in no_sync, ShardedDDP"]
-    return 1 if buffers or no_sync else 0
+    accumulate = any("[13.0" not in out[f"two synced backwards, {how}"]
+                     for how in ("ShardedDDP", "unbucketed"))
+    return 1 if buffers or no_sync or accumulate else 0
 
 
 if __name__ == "__main__":
