@@ -144,7 +144,7 @@ def clone(tensors: Mapping[str, Tensor]) -> Tensors:
 def single_process(proc: Procedure, ranks: list[int]) -> OracleRecord:
     """The single-process result of the DDP group of global ``ranks``."""
     model = proc.build(ranks[0])
-    # Facts of the model a reproducer's script is cut on (ddp_conformance/repro_prune.py).
+    # A fact of the model a reproducer's script is cut on (its value: repro.model_facts).
     model_has_sparse = any(isinstance(m, nn.Embedding) and m.sparse for m in model.modules())
     rank_buffers = {r: clone(dict(model.named_buffers())) if proc.init_syncs_buffers
                     else clone(dict(proc.build(r).named_buffers())) for r in ranks}
@@ -229,6 +229,7 @@ def _forwards(proc: Procedure, model: nn.Module, step: int, active: list[int],
     at_forward: dict[int, list[Tensors]] = {r: [] for r in active}
     defined: list[frozenset[str]] = []
     source_at: dict[int, Tensors] = {}  # the source's buffers at each forward
+    # A fact of the model a reproducer's script is cut on (its value: repro.model_facts).
     model_has_buffers = any(True for _ in model.named_buffers())
     for mb in sorted({m for m, _ in plan}):  # the eval forward (-1) first
         positions = [i for i, (m, _) in enumerate(plan) if m == mb]
@@ -285,7 +286,7 @@ def _backward(proc: Procedure, model: nn.Module, loss: Tensor, local: Tensors,
               produced: set[str]) -> None:
     """One rank's backward(s) of a microbatch's loss; its gradients added to ``local``."""
     model.zero_grad(set_to_none=True)
-    if proc.backwards != 1:
+    if proc.backwards != 1:  # a reproducer's script is cut on it: one backward, no loop
         for _ in range(proc.backwards - 1):
             loss.backward(retain_graph=True)
     loss.backward()

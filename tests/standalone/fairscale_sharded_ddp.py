@@ -54,29 +54,40 @@ class Net(nn.Module):
         return self.fc(x) + self.offset
 
 
-def sharded(rank: int, **options: int) -> tuple[nn.Module, object]:
+def wrapped(rank: int, sharded: bool, **options: int) -> nn.Module:
+    """``ShardedDataParallel(Net, OSS(SGD), **options)``, or DDP over the same ``Net``."""
+    if not sharded:
+        return nn.parallel.DistributedDataParallel(Net(rank))
     from fairscale.nn.data_parallel import ShardedDataParallel
     from fairscale.optim import OSS
 
     module = Net(rank)
     oss = OSS(module.parameters(), optim=torch.optim.SGD, lr=0.1)
-    return ShardedDataParallel(module, oss, **options), oss
+    return ShardedDataParallel(module, oss, **options)
 
 
-def buffers_after_construction(rank: int, wrap: bool) -> str:
-    module = sharded(rank)[0].module if wrap else nn.parallel.DistributedDataParallel(Net(rank)).module
-    mine = module.offset.clone()
+def every_rank(mine: torch.Tensor) -> list[torch.Tensor]:
+    """``mine`` as each rank holds it."""
     every = [torch.zeros_like(mine) for _ in range(WORLD)]
     dist.all_gather(every, mine)
+    return every
+
+
+def first_grad_per_rank(model: nn.Module) -> list[float]:
+    """``fc.weight.grad[0, 0]`` on each rank (0 where it is None)."""
+    grad = model.module.fc.weight.grad
+    mine = torch.zeros(1) if grad is None else grad.detach().clone().flatten()[:1]
+    return [float(v[0]) for v in every_rank(mine)]
+
+
+def buffers_after_construction(rank: int, sharded: bool) -> str:
+    every = every_rank(wrapped(rank, sharded).module.offset.clone())
     same = all(torch.equal(every[0], b) for b in every)
     return "equal on every rank" if same else f"differ: {[b.tolist() for b in every]}"
 
 
-def grad_after_exception_in_no_sync(rank: int, wrap: bool) -> str:
-    if wrap:
-        model, _ = sharded(rank)
-    else:
-        model = nn.parallel.DistributedDataParallel(Net(rank))
+def grad_after_exception_in_no_sync(rank: int, sharded: bool) -> str:
+    model = wrapped(rank, sharded)
     try:
         with model.no_sync():
             raise ValueError("raised inside no_sync")
@@ -84,27 +95,18 @@ def grad_after_exception_in_no_sync(rank: int, wrap: bool) -> str:
         pass
     x = torch.full((3, 4), float(rank + 1))
     model(x).sum().backward()
-    grad = model.module.fc.weight.grad
     # The owner of fc.weight (rank 0 with OSS's greedy partition, by size) must hold the
     # mean over ranks of the local gradients: (1 + 2) / 2 * 3 = 4.5 in every element.
-    mine = torch.zeros(1) if grad is None else grad.detach().clone().flatten()[:1]
-    every = [torch.zeros_like(mine) for _ in range(WORLD)]
-    dist.all_gather(every, mine)
-    values = [float(v[0]) for v in every]
-    return f"fc.weight.grad[0, 0] per rank {values} (the mean over ranks is 4.5)"
+    return (f"fc.weight.grad[0, 0] per rank {first_grad_per_rank(model)} "
+            f"(the mean over ranks is 4.5)")
 
 
-def grad_after_two_synced_backwards(rank: int, wrap: bool, **options: int) -> str:
-    model = (sharded(rank, **options)[0] if wrap
-             else nn.parallel.DistributedDataParallel(Net(rank)))
+def grad_after_two_synced_backwards(rank: int, sharded: bool, **options: int) -> str:
+    model = wrapped(rank, sharded, **options)
     for base in (1.0, 11.0):  # local gradients rank + 1, then rank + 11: means 1.5, 11.5
         model(torch.full((1, 4), base + rank)).sum().backward()
-    grad = model.module.fc.weight.grad
-    mine = torch.zeros(1) if grad is None else grad.detach().clone().flatten()[:1]
-    every = [torch.zeros_like(mine) for _ in range(WORLD)]
-    dist.all_gather(every, mine)
-    values = [float(v[0]) for v in every]
-    return f"fc.weight.grad[0, 0] per rank {values} (the sum of the means is 13.0)"
+    return (f"fc.weight.grad[0, 0] per rank {first_grad_per_rank(model)} "
+            f"(the sum of the means is 13.0)")
 
 
 def worker(rank: int, port: int, out: dict[str, str]) -> None:
